@@ -8,6 +8,9 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
+# This machine's pip config names local index folders that may be absent; pip warns once per
+# package about them. Keep those lines out of the way, keep every other message.
+exec 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 python -m pip install -q --upgrade pip
 # torch first: an unpinned torch pulled in by another package would be a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
