@@ -1,0 +1,231 @@
+"""The SQL index of the corpus (SQLAlchemy Core): what exists, where, and how fast.
+
+Tables (DESIGN.md section 5, plus what docs/CONTRACTS.md needs):
+
+- ``schema_version(version)``: one row. Code refuses an index whose version is newer than
+  ``SCHEMA_VERSION`` (:class:`IndexVersionError`) and upgrades an older one in place.
+- ``workloads(workload_key, task_name, tvmscript, mod_json, flops, op_kind, created_at)``:
+  ``mod_json`` is ``tvm.ir.save_json`` of the task's IRModule, needed to export a MetaSchedule
+  database (the TVMScript alone does not always re-parse in TVM 0.27).
+- ``workload_models(workload_key, model, weight)``: which models a workload occurs in, how often.
+- ``hardware(key, target_json, description, created_at)``.
+- ``parts(part_id, path, hardware_key, rows, sha256, bytes, created_at)``: ``path`` is relative to
+  the corpus root, so a corpus directory can move.
+- ``records(record_id, workload_key, hardware_key, latency_s, part_id, row_idx)``: one row per
+  stored record; ``part_id``/``row_idx`` locate it (DESIGN.md's ``part_path`` is stored once in
+  ``parts`` and referenced by id: 1M records x a 60-byte path would double the index). Index
+  ``ix_records_topk(workload_key, hardware_key, latency_s)`` makes ``top_k`` an index range scan.
+- ``runs(run_id, kind, status, started_at, finished_at, params_json)``.
+- ``models(model_id, hardware_key, base_model_id, path, metrics_json, created_at)``.
+- ``task_status(workload_key, hardware_key, tuner, trials, status, run_id, records, updated_at)``:
+  lets a collection job skip a (task, hardware, tuner, budget) already done.
+
+SQLite (the default) runs in WAL mode with a 60 s busy timeout and ``synchronous=NORMAL``; write
+transactions start with ``BEGIN IMMEDIATE`` so two writers queue instead of failing on a lock
+upgrade. Any other SQLAlchemy URL (PostgreSQL via psycopg2) works unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from storage.errors import IndexUnavailable, IndexVersionError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1  # bump when tables change; add the upgrade step to _upgrade
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table("schema_version", metadata, sa.Column("version", sa.Integer, nullable=False))
+
+workloads = sa.Table(
+    "workloads",
+    metadata,
+    sa.Column("workload_key", sa.String(16), primary_key=True),
+    sa.Column("task_name", sa.Text),
+    sa.Column("tvmscript", sa.Text),
+    sa.Column("mod_json", sa.Text),
+    sa.Column("flops", sa.Float),
+    sa.Column("op_kind", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True)),
+)
+
+workload_models = sa.Table(
+    "workload_models",
+    metadata,
+    sa.Column("workload_key", sa.String(16), primary_key=True),
+    sa.Column("model", sa.Text, primary_key=True),
+    sa.Column("weight", sa.Float),
+)
+
+hardware = sa.Table(
+    "hardware",
+    metadata,
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("target_json", sa.Text),
+    sa.Column("description", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True)),
+)
+
+parts = sa.Table(
+    "parts",
+    metadata,
+    sa.Column("part_id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("path", sa.String(400), nullable=False, unique=True),
+    sa.Column("hardware_key", sa.String(200), nullable=False),
+    sa.Column("rows", sa.Integer, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("bytes", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sqlite_autoincrement=True,  # never reuse an id of a removed part
+)
+
+records = sa.Table(
+    "records",
+    metadata,
+    sa.Column("record_id", sa.String(32), primary_key=True),
+    sa.Column("workload_key", sa.String(16), nullable=False),
+    sa.Column("hardware_key", sa.String(200), nullable=False),
+    sa.Column("latency_s", sa.Float),
+    sa.Column("part_id", sa.Integer, nullable=False),
+    sa.Column("row_idx", sa.Integer, nullable=False),
+    sa.Index("ix_records_topk", "workload_key", "hardware_key", "latency_s"),
+    sa.Index("ix_records_part", "part_id"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("finished_at", sa.DateTime(timezone=True)),
+    sa.Column("params_json", sa.Text),
+)
+
+models = sa.Table(
+    "models",
+    metadata,
+    sa.Column("model_id", sa.String(200), primary_key=True),
+    sa.Column("hardware_key", sa.String(200)),
+    sa.Column("base_model_id", sa.String(200)),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("metrics_json", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+task_status = sa.Table(
+    "task_status",
+    metadata,
+    sa.Column("workload_key", sa.String(16), primary_key=True),
+    sa.Column("hardware_key", sa.String(200), primary_key=True),
+    sa.Column("tuner", sa.String(100), primary_key=True),
+    sa.Column("trials", sa.Integer, primary_key=True),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("records", sa.Integer),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+def _sqlite_events(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see _on_begin)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # noqa: ANN001
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+
+
+def safe_url(url: str | sa.URL) -> str:
+    """The URL with any password hidden, for messages and logs."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given
+        return str(url)
+
+
+def create_engine(url: str) -> Engine:
+    """An engine for ``url``, connected once to prove it works; :class:`IndexUnavailable` if not."""
+    shown = safe_url(url)
+    try:
+        parsed = sa.make_url(url)
+        kwargs = {}
+        if parsed.get_backend_name() == "sqlite":
+            kwargs["connect_args"] = {"timeout": 60}
+        else:
+            kwargs["pool_pre_ping"] = True
+            if parsed.get_backend_name() == "postgresql":
+                kwargs["connect_args"] = {"connect_timeout": 10}
+        engine = sa.create_engine(parsed, **kwargs)
+        if parsed.get_backend_name() == "sqlite":
+            _sqlite_events(engine)
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - every failure to open becomes one clear error
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise IndexUnavailable(f"cannot open the corpus index at {shown}: {reason}") from exc
+    return engine
+
+
+def ensure_schema(engine: Engine) -> int:
+    """Create missing tables, check/upgrade the version; return the version found or written."""
+    shown = safe_url(engine.url)
+    for attempt in range(5):
+        try:
+            with write(engine) as conn:
+                metadata.create_all(conn, checkfirst=True)
+                found = conn.execute(sa.select(schema_version.c.version)).scalars().all()
+                if not found:
+                    conn.execute(schema_version.insert().values(version=SCHEMA_VERSION))
+                    return SCHEMA_VERSION
+                version = max(found)
+                if version > SCHEMA_VERSION:
+                    raise IndexVersionError(
+                        f"the corpus index at {shown} has schema version {version}, newer than this code's "
+                        f"{SCHEMA_VERSION}; upgrade tlm-cluster before using it (refusing to touch it)"
+                    )
+                if version < SCHEMA_VERSION:
+                    _upgrade(conn, version)
+                return version
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError) as exc:
+            # Two processes creating the same fresh index race on CREATE TABLE: retry once it exists.
+            if attempt == 4:
+                raise IndexUnavailable(f"cannot create the corpus index tables at {shown}: {exc}") from exc
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _upgrade(conn: Connection, version: int) -> None:
+    """Bring an index at ``version`` up to ``SCHEMA_VERSION`` (no older versions exist yet)."""
+    conn.execute(sa.update(schema_version).values(version=SCHEMA_VERSION))
+
+
+@contextlib.contextmanager
+def write(engine: Engine) -> Iterator[Connection]:
+    """A write transaction (``BEGIN IMMEDIATE`` on SQLite); commits on success, rolls back on error."""
+    with engine.connect().execution_options(write=True) as conn:
+        with conn.begin():
+            yield conn
+
+
+@contextlib.contextmanager
+def read(engine: Engine) -> Iterator[Connection]:
+    """A read-only transaction (one consistent snapshot)."""
+    with engine.connect() as conn:
+        with conn.begin():
+            yield conn

@@ -1,0 +1,228 @@
+"""The Arrow schema of one measured record, record ids, and validation of incoming records.
+
+One row is one measured candidate schedule (docs/CONTRACTS.md, "Record columns"). The schema is
+strict on purpose: a typo in a column name or a latency given as a string would otherwise be
+stored forever, so ``to_record_table`` refuses unknown, missing-required and mistyped columns
+with one :class:`~storage.errors.SchemaMismatch` that names the column.
+
+Required columns: ``workload_key``, ``hardware_key``, ``trace_json``. ``record_id`` and
+``created_at`` are filled when missing; every other column may be absent (null, or its
+default: ``sketch_id`` -1, ``run_secs`` empty). A record must carry exactly one of
+``latency_s`` and ``error``: failures are data, never latencies.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import re
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.errors import BadHardwareKey, SchemaMismatch
+
+#: Shape of a hardware key; copied from collectors/hardware.py (storage must not import it).
+HARDWARE_KEY_RE = re.compile(r"^(cpu|cuda)-[a-z0-9_.]+(-[a-z0-9_.]+)*$")
+#: Shape of a workload key: 16 lowercase hex digits of a 64-bit structural hash.
+WORKLOAD_KEY_RE = re.compile(r"^[0-9a-f]{16}$")
+
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("record_id", pa.string(), nullable=False),
+        pa.field("workload_key", pa.string(), nullable=False),
+        pa.field("hardware_key", pa.string(), nullable=False),
+        pa.field("target", pa.string()),
+        pa.field("task_name", pa.string()),
+        pa.field("sketch_id", pa.int32()),
+        pa.field("trace_json", pa.string(), nullable=False),
+        pa.field("decisions_json", pa.string()),
+        pa.field("run_secs", pa.list_(pa.float64())),
+        pa.field("latency_s", pa.float64()),
+        pa.field("error", pa.string()),
+        pa.field("tuner", pa.string()),
+        pa.field("tuner_params", pa.string()),
+        pa.field("run_id", pa.string()),
+        pa.field("node", pa.string()),
+        pa.field("tvm_version", pa.string()),
+        pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("args_info_json", pa.string()),
+    ]
+)
+
+REQUIRED_COLUMNS = ("workload_key", "hardware_key", "trace_json")
+
+
+def canonical_json(text: str) -> str:
+    """A JSON text in one canonical spelling, so equal traces hash equally."""
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+
+
+def make_record_id(workload_key: str, hardware_key: str, trace_json: str) -> str:
+    """First 32 hex digits of sha256 over ``workload_key \\n hardware_key \\n canonical trace``.
+
+    The id is a content hash so that re-measuring the same schedule on the same hardware
+    (a resumed or repeated collection) is recognised and stored once.
+    """
+    try:
+        canon = canonical_json(trace_json)
+    except (TypeError, ValueError) as exc:
+        raise SchemaMismatch(f"trace_json is not valid JSON: {str(trace_json)[:80]!r} ({exc})") from None
+    h = hashlib.sha256(f"{workload_key}\n{hardware_key}\n{canon}".encode())
+    return h.hexdigest()[:32]
+
+
+def check_hardware_key(key: str) -> str:
+    """Return ``key`` if it has the hardware-key shape, else raise :class:`BadHardwareKey`."""
+    if not isinstance(key, str) or not HARDWARE_KEY_RE.match(key):
+        raise BadHardwareKey(f"hardware key {key!r} does not match {HARDWARE_KEY_RE.pattern}")
+    return key
+
+
+def check_workload_key(key: str) -> str:
+    """Return ``key`` if it is 16 lowercase hex digits, else raise :class:`SchemaMismatch`."""
+    if not isinstance(key, str) or not WORKLOAD_KEY_RE.match(key):
+        raise SchemaMismatch(f"workload key {key!r} is not 16 lowercase hex digits")
+    return key
+
+
+def _same_family(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a column of type ``have`` may be cast to ``want`` without changing its meaning."""
+    if have == want or pa.types.is_null(have):
+        return True
+    if pa.types.is_string(want):
+        return pa.types.is_string(have) or pa.types.is_large_string(have)
+    if pa.types.is_integer(want):
+        return pa.types.is_integer(have)
+    if pa.types.is_floating(want):
+        return pa.types.is_floating(have) or pa.types.is_integer(have)
+    if pa.types.is_timestamp(want):
+        return pa.types.is_timestamp(have)
+    if pa.types.is_list(want):
+        return (pa.types.is_list(have) or pa.types.is_large_list(have)) and _same_family(
+            have.value_type, want.value_type
+        )
+    return False
+
+
+def _column_from_values(name: str, values: list[Any], typ: pa.DataType) -> pa.Array:
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+        bad = next((v for v in values if v is not None and not _fits(v, typ)), None)
+        raise SchemaMismatch(
+            f"column {name!r} must be {typ}; got {type(bad).__name__} value {bad!r:.80} ({exc})"
+        ) from None
+
+
+def _fits(value: Any, typ: pa.DataType) -> bool:
+    try:
+        pa.array([value], type=typ)
+        return True
+    except Exception:  # noqa: BLE001 - only used to find the offending value for the message
+        return False
+
+
+def to_record_table(records: "list[dict] | pa.Table | pa.RecordBatch", *, now: _dt.datetime | None = None) -> pa.Table:
+    """Validate ``records`` and return them as a table with exactly ``RECORD_SCHEMA``.
+
+    Fills ``record_id`` (``make_record_id``) and ``created_at`` (``now``, UTC) where missing,
+    ``sketch_id`` with -1 and ``run_secs`` with ``[]``. Raises :class:`SchemaMismatch` or
+    :class:`BadHardwareKey` naming the first problem found.
+    """
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    if isinstance(records, pa.RecordBatch):
+        records = pa.Table.from_batches([records])
+    if isinstance(records, pa.Table):
+        cols = _columns_from_table(records)
+        n = records.num_rows
+    elif isinstance(records, Iterable) and not isinstance(records, (str, bytes, dict)):
+        rows = list(records)
+        for i, r in enumerate(rows):
+            if not isinstance(r, dict):
+                raise SchemaMismatch(f"record {i} is a {type(r).__name__}, expected a dict")
+        names = {k for r in rows for k in r}
+        unknown = sorted(names - set(RECORD_SCHEMA.names))
+        if unknown:
+            raise SchemaMismatch(f"unknown column(s) {unknown}; known: {RECORD_SCHEMA.names}")
+        cols = {
+            f.name: _column_from_values(f.name, [r.get(f.name) for r in rows], f.type)
+            for f in RECORD_SCHEMA
+            if f.name in names
+        }
+        n = len(rows)
+    else:
+        raise SchemaMismatch(f"records must be a list of dicts or a pyarrow Table, got {type(records).__name__}")
+
+    for name in REQUIRED_COLUMNS:
+        if name not in cols:
+            raise SchemaMismatch(f"required column {name!r} is missing")
+        if cols[name].null_count:
+            raise SchemaMismatch(f"required column {name!r} has {cols[name].null_count} null value(s)")
+
+    for key in pc.unique(cols["hardware_key"]).to_pylist():
+        check_hardware_key(key)
+    wk_ok = pc.match_substring_regex(cols["workload_key"], WORKLOAD_KEY_RE.pattern)
+    if not pc.all(wk_ok).as_py():
+        bad = pc.filter(cols["workload_key"], pc.invert(wk_ok))[0].as_py()
+        check_workload_key(bad)
+
+    if "sketch_id" not in cols:
+        cols["sketch_id"] = pa.array([-1] * n, pa.int32())
+    else:
+        cols["sketch_id"] = pc.fill_null(cols["sketch_id"], -1)
+    if "run_secs" not in cols:
+        cols["run_secs"] = pa.array([[]] * n, pa.list_(pa.float64()))
+    elif cols["run_secs"].null_count:
+        cols["run_secs"] = pa.array([v if v is not None else [] for v in cols["run_secs"].to_pylist()], pa.list_(pa.float64()))
+    if "created_at" not in cols:
+        cols["created_at"] = pa.array([now] * n, pa.timestamp("us", tz="UTC"))
+    else:
+        cols["created_at"] = pc.fill_null(cols["created_at"], pa.scalar(now, pa.timestamp("us", tz="UTC")))
+
+    latency = cols.get("latency_s", pa.nulls(n, pa.float64()))
+    error = cols.get("error", pa.nulls(n, pa.string()))
+    both = pc.and_(pc.is_valid(latency), pc.is_valid(error))
+    neither = pc.and_(pc.is_null(latency), pc.is_null(error))
+    if pc.any(both).as_py():
+        i = pc.index(both, True).as_py()
+        raise SchemaMismatch(f"record {i} has both latency_s and error ({error[i].as_py()!r:.80}); a failure has no latency")
+    if pc.any(neither).as_py():
+        i = pc.index(neither, True).as_py()
+        raise SchemaMismatch(f"record {i} has neither latency_s nor error; one of them is required")
+    bad_lat = pc.fill_null(pc.or_(pc.less_equal(latency, 0.0), pc.is_nan(latency)), False)
+    if pc.any(bad_lat).as_py():
+        i = pc.index(bad_lat, True).as_py()
+        raise SchemaMismatch(f"record {i} has latency_s {latency[i].as_py()!r}; it must be > 0")
+
+    if "record_id" not in cols or cols["record_id"].null_count:
+        have = cols["record_id"].to_pylist() if "record_id" in cols else [None] * n
+        wk, hw, tr = (cols[c].to_pylist() for c in ("workload_key", "hardware_key", "trace_json"))
+        cols["record_id"] = pa.array(
+            [rid if rid is not None else make_record_id(wk[i], hw[i], tr[i]) for i, rid in enumerate(have)],
+            pa.string(),
+        )
+
+    arrays = [cols.get(f.name, pa.nulls(n, f.type)) for f in RECORD_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+def _columns_from_table(table: pa.Table) -> dict[str, pa.ChunkedArray]:
+    unknown = sorted(set(table.column_names) - set(RECORD_SCHEMA.names))
+    if unknown:
+        raise SchemaMismatch(f"unknown column(s) {unknown}; known: {RECORD_SCHEMA.names}")
+    cols = {}
+    for name in table.column_names:
+        want = RECORD_SCHEMA.field(name).type
+        have = table.schema.field(name).type
+        if not _same_family(have, want):
+            raise SchemaMismatch(f"column {name!r} has type {have}, expected {want}")
+        col = table.column(name).combine_chunks()
+        if have != want:
+            try:
+                col = col.cast(want, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaMismatch(f"column {name!r} of type {have} does not fit {want}: {exc}") from None
+        cols[name] = col
+    return cols
