@@ -41,3 +41,156 @@ class Hardware:
         import tvm
 
         return tvm.target.Target(self.target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Detection (collectors work): build a Hardware from the live machine.
+
+#: ISA flags worth naming in a key's description and the TLM prompt, widest first.
+_NOTABLE_ISA = ("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "avx2", "fma",
+                "avx", "sse4_2", "neon", "asimd", "sve")
+
+
+def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, ...]:
+    """The notable ISA flags of this CPU (from /proc/cpuinfo), in a fixed order; () if unknown."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return ()
+    flags: set[str] = set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            flags.update(value.split())
+            break
+    return tuple(f for f in _NOTABLE_ISA if f in flags)
+
+
+def _cpu_model_name(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.split(":")[0].strip() == "model name":
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def vector_bits_of(isa: tuple[str, ...]) -> int:
+    """Widest SIMD register width in bits implied by the ISA flags."""
+    if "avx512f" in isa:
+        return 512
+    if "avx2" in isa or "avx" in isa:
+        return 256
+    return 128
+
+
+def physical_cores() -> int:
+    """Physical cores this process may use (what MetaSchedule tunes with by default)."""
+    import os
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        import psutil
+
+        phys = psutil.cpu_count(logical=False) or usable
+    except ImportError:  # psutil is a TVM requirement, but stay usable without it
+        phys = usable
+    return max(1, min(usable, phys))
+
+
+def slug(text: str) -> str:
+    """A key segment from free text: lower case, [a-z0-9_.] only ("NVIDIA H200" → "h200")."""
+    words = re.sub(r"[^a-z0-9.]+", " ", text.lower()).split()
+    words = [w for w in words if w not in ("nvidia", "corporation")]
+    return "_".join(words) or "unknown"
+
+
+def cpu_hardware(mcpu: str | None = None, cores: int | None = None, *, key: str | None = None) -> Hardware:
+    """The Hardware of this machine's CPU (``mcpu``/``cores`` override what is detected)."""
+    if mcpu is None:
+        import tvm
+
+        mcpu = str(tvm.target.codegen.llvm_get_system_cpu())
+    if cores is None:
+        cores = physical_cores()
+    if cores < 1:
+        raise ValueError(f"cores must be >= 1, got {cores}")
+    isa = cpu_flags()
+    derived = f"cpu-{slug(mcpu)}-{cores}c"
+    return Hardware(
+        key=key or derived,
+        kind="cpu",
+        arch=mcpu,
+        cores=cores,
+        vector_bits=vector_bits_of(isa),
+        target={"kind": "llvm", "mcpu": mcpu, "num-cores": cores},
+        description=f"{_cpu_model_name()} ({cores} cores)",
+        isa=isa,
+    )
+
+
+def cuda_hardware(device_id: int = 0, *, key: str | None = None) -> Hardware:
+    """The Hardware of CUDA GPU ``device_id`` (raises RuntimeError when there is none)."""
+    import tvm
+
+    dev = tvm.cuda(device_id)
+    if not dev.exist:
+        raise RuntimeError(f"no CUDA device {device_id} on this machine")
+    major, _, minor = str(dev.compute_version).partition(".")
+    arch = f"sm_{major}{minor}"
+    name = str(dev.device_name)
+    sms = int(dev.multi_processor_count)
+    warp = int(dev.warp_size) if getattr(dev, "warp_size", None) else 32
+    target = {
+        "kind": "cuda",
+        "arch": arch,
+        "max_threads_per_block": int(dev.max_threads_per_block),
+        "max_shared_memory_per_block": int(dev.max_shared_memory_per_block),
+        "thread_warp_size": warp,
+    }
+    return Hardware(
+        key=key or f"cuda-{arch}-{slug(name)}",
+        kind="cuda",
+        arch=arch,
+        cores=sms,
+        vector_bits=warp * 32,
+        target=target,
+        description=f"{name} ({sms} SMs, compute {major}.{minor})",
+        isa=(),
+    )
+
+
+def cuda_available(device_id: int = 0) -> bool:
+    """Whether TVM sees CUDA device ``device_id`` (False on CPU-only machines, never raises)."""
+    try:
+        import tvm
+
+        return bool(tvm.cuda(device_id).exist)
+    except Exception:  # noqa: BLE001 - a missing driver is just "no GPU"
+        return False
+
+
+def detect_hardware(kind: str = "cpu", *, key: str | None = None, cores: int | None = None,
+                    device_id: int = 0) -> Hardware:
+    """Hardware of this machine: ``kind`` is "cpu", "cuda" or "auto" (CUDA when present).
+
+    ``key`` overrides the derived key (a user naming the platform) and must match
+    ``HARDWARE_KEY_RE``; its ``cpu-``/``cuda-`` prefix also picks the kind. Same CPU model and
+    core count give the same key on every machine, so measurements pool.
+    """
+    if key is not None:
+        if not HARDWARE_KEY_RE.match(key):
+            raise ValueError(f"hardware key {key!r} does not match {HARDWARE_KEY_RE.pattern}")
+        kind = key.split("-", 1)[0]
+    if kind == "auto":
+        kind = "cuda" if cuda_available(device_id) else "cpu"
+    if kind == "cpu":
+        return cpu_hardware(cores=cores, key=key)
+    if kind == "cuda":
+        return cuda_hardware(device_id, key=key)
+    raise ValueError(f"hardware kind {kind!r} is not 'cpu', 'cuda' or 'auto'")

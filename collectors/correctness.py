@@ -1,0 +1,200 @@
+"""Correctness of a schedule: its outputs against a reference on random inputs.
+
+The reference is the task's *unscheduled* PrimFunc compiled plainly for the host CPU (llvm):
+scheduling must not change what a program computes, so any difference beyond float rounding
+is a wrong answer. A reference is made once per task (:func:`make_reference`) and saved as an
+``.npz`` file; every measured candidate is then checked once, inside MetaSchedule's runner
+worker right after it is timed (:func:`checked_run_evaluator`), so a wrong answer comes back as
+a run error ("wrong answer: max rel err ...") and is never stored as a latency. The same
+check runs in-process for a schedule at hand with :func:`check_schedule`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+#: Prefix of every error message a wrong answer produces (the corpus ``error`` column).
+WRONG_ANSWER = "wrong answer"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a scheduled float output may drift from the reference (reordered reductions)."""
+
+    rtol: float = 1e-3  # relative to the element's reference magnitude
+    atol_scale: float = 1e-4  # absolute slack, as a fraction of the output's largest magnitude
+
+
+@dataclass
+class Reference:
+    """Inputs for every parameter and the values every parameter holds after a reference run."""
+
+    inputs: list[np.ndarray]
+    outputs: list[np.ndarray]
+    path: str | None = None  # the .npz it was saved to (what runner workers load)
+
+    def save(self, path: str) -> str:
+        arrays = {f"in{i}": a for i, a in enumerate(self.inputs)}
+        arrays.update({f"out{i}": a for i, a in enumerate(self.outputs)})
+        np.savez(path, **arrays)
+        self.path = path if path.endswith(".npz") else path + ".npz"
+        return self.path
+
+    @staticmethod
+    def load(path: str) -> "Reference":
+        with np.load(path) as z:
+            n = sum(1 for k in z.files if k.startswith("in"))
+            return Reference([z[f"in{i}"] for i in range(n)], [z[f"out{i}"] for i in range(n)], path)
+
+
+def random_inputs(params: Sequence[tuple[str, tuple[int, ...]]], *, seed: int = 0) -> list[np.ndarray]:
+    """Random values for parameters given as (dtype, shape).
+
+    Floats are uniform in [-1, 1); integers are 0 or 1 and booleans random, so that index
+    inputs (gather, embedding take) stay in bounds whatever the table size.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for dtype, shape in params:
+        dt = np.dtype(dtype) if dtype != "bfloat16" else None
+        if dt is None:
+            raise ValueError(f"unsupported parameter dtype {dtype!r} for a reference run")
+        if dt.kind == "f":
+            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dt))
+        elif dt.kind == "b":
+            out.append(rng.integers(0, 2, size=shape).astype(dt))
+        elif dt.kind in "iu":
+            out.append(rng.integers(0, 2, size=shape).astype(dt))
+        else:
+            raise ValueError(f"unsupported parameter dtype {dtype!r} for a reference run")
+    return out
+
+
+def param_specs(mod: Any) -> list[tuple[str, tuple[int, ...]]]:
+    """(dtype, shape) of each parameter of ``mod``'s ``main`` PrimFunc, in order."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    func = mod["main"] if hasattr(mod, "functions_items") else mod
+    specs = []
+    for info in ArgInfo.from_prim_func(func):
+        kind, dtype, shape = info.as_json()
+        if str(kind) != "TENSOR":
+            raise ValueError(f"parameter kind {kind!r} is not a tensor")
+        specs.append((str(dtype), tuple(int(s) for s in shape)))
+    return specs
+
+
+def make_reference(mod: Any, *, seed: int = 0, path: str | None = None) -> Reference:
+    """Run the unscheduled ``mod`` on random inputs (host CPU) and keep all buffers after it.
+
+    Written buffers hold the expected outputs; the others must come back unchanged.
+    """
+    import tvm
+
+    from collectors.design_space import as_module
+
+    mod = as_module(mod)
+    inputs = random_inputs(param_specs(mod), seed=seed)
+    outputs = _run(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})), inputs, tvm.cpu(0))
+    ref = Reference(inputs, outputs)
+    if path is not None:
+        ref.save(path)
+    return ref
+
+
+def compare(got: Sequence[np.ndarray], expected: Sequence[np.ndarray], tol: Tolerance = Tolerance()) -> str | None:
+    """None when every buffer matches; else "wrong answer: max rel err X (buffer i)"."""
+    if len(got) != len(expected):
+        return f"{WRONG_ANSWER}: {len(got)} buffers, expected {len(expected)}"
+    worst: tuple[float, int] | None = None
+    for i, (g, e) in enumerate(zip(got, expected)):
+        if g.shape != e.shape:
+            return f"{WRONG_ANSWER}: buffer {i} has shape {g.shape}, expected {e.shape}"
+        if e.dtype.kind != "f":
+            if not np.array_equal(g, e):
+                return f"{WRONG_ANSWER}: buffer {i} ({e.dtype}) differs in {int(np.sum(g != e))} elements"
+            continue
+        g64, e64 = g.astype(np.float64), e.astype(np.float64)
+        both_nan = np.isnan(g64) & np.isnan(e64)
+        finite_e = np.abs(e64[np.isfinite(e64)])
+        scale = float(finite_e.max()) if finite_e.size else 1.0
+        diff = np.where(both_nan, 0.0, np.abs(g64 - e64))
+        diff = np.where(np.isinf(e64) & (g64 == e64), 0.0, diff)
+        bad = diff > tol.rtol * np.abs(e64) + tol.atol_scale * max(scale, 1e-30)
+        bad |= np.isnan(diff)
+        if bad.any():
+            rel = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)) / max(scale, 1e-30))
+            if worst is None or rel > worst[0]:
+                worst = (rel, i)
+    if worst is not None:
+        return f"{WRONG_ANSWER}: max rel err {worst[0]:.3g} (buffer {worst[1]})"
+    return None
+
+
+def check_schedule(sch_or_mod: Any, reference: Reference, target: Any, *, tol: Tolerance = Tolerance()) -> str | None:
+    """Compile a schedule (or scheduled IRModule) for ``target``, run it on the reference inputs
+    and compare; returns None when correct, else the wrong-answer message."""
+    import tvm
+
+    from collectors.design_space import as_target
+
+    mod = getattr(sch_or_mod, "mod", sch_or_mod)
+    tgt = as_target(target)
+    dev = tvm.device("cuda" if tgt.kind.name == "cuda" else "cpu", 0)
+    return compare(_run(tvm.compile(mod, target=tgt), reference.inputs, dev), reference.outputs, tol)
+
+
+def _run(executable: Any, inputs: Sequence[np.ndarray], dev: Any) -> list[np.ndarray]:
+    import tvm
+
+    args = [tvm.runtime.tensor(a, device=dev) for a in inputs]
+    executable["main"](*args)
+    dev.sync()
+    return [a.numpy() for a in args]
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside MetaSchedule's runner worker (a separate process): time, then check once.
+
+_REF_CACHE: dict[str, Reference] = {}
+
+
+def checked_run_evaluator(rt_mod: Any, device: Any, evaluator_config: Any, repeated_args: Any, *,
+                          reference_path: str, rtol: float = Tolerance.rtol,
+                          atol_scale: float = Tolerance.atol_scale) -> list[float]:
+    """``LocalRunner(f_run_evaluator=...)``: MetaSchedule's timing, then one checked run.
+
+    Bind ``reference_path`` with ``functools.partial``. A wrong answer raises, which the runner
+    reports as the candidate's error; its timings are never returned.
+    """
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+    costs = run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+    ref = _REF_CACHE.get(reference_path)
+    if ref is None:
+        ref = _REF_CACHE[reference_path] = Reference.load(reference_path)
+    import tvm
+
+    args = [tvm.runtime.tensor(a, device=device) for a in ref.inputs]
+    rt_mod[rt_mod.entry_name](*args)
+    device.sync()
+    err = compare([a.numpy() for a in args], ref.outputs, Tolerance(rtol, atol_scale))
+    if err is not None:
+        raise RuntimeError(err)
+    return costs
+
+
+def error_from_runner(message: str | None) -> str | None:
+    """The corpus error text of a runner error: the wrong-answer line alone when it is one."""
+    if not message:
+        return None
+    for line in str(message).splitlines():
+        idx = line.find(WRONG_ANSWER + ":")
+        if idx >= 0:
+            return line[idx:].strip()
+    return str(message).strip()

@@ -1,0 +1,152 @@
+"""The design space of a task: MetaSchedule's sketches, exactly as tuning explores them.
+
+A *sketch* is a schedule whose trace holds every instruction the target's default schedule
+rules apply (post-order-apply over the blocks), with one random decision per sampling
+instruction. Tuning only ever changes those decisions (and the parallel extent MutateParallel
+rewrites), so the *instruction skeleton* of a measured trace tells which sketch it came from:
+:func:`sketch_id`. The tensor language (tlm/space.py) builds its prompts on these sketches.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Sequence
+
+from collectors.fast_import import install_for_target
+
+logger = logging.getLogger(__name__)
+
+#: Annotation whose value MutateParallel changes during the search: not part of the skeleton.
+_MUTABLE_ANNOTATIONS = frozenset({"meta_schedule.parallel"})
+
+
+def as_target(target: Any):
+    """A ``tvm.target.Target`` from a Target, a dict (``{"kind": "llvm", ...}``) or a Hardware."""
+    import tvm
+
+    if hasattr(target, "tvm_target") and callable(target.tvm_target):  # collectors.hardware.Hardware
+        return target.tvm_target()
+    if isinstance(target, tvm.target.Target):
+        return target
+    if isinstance(target, dict):
+        return tvm.target.Target(target)
+    raise TypeError(f"target must be a tvm Target, a dict or a Hardware, got {target!r}")
+
+
+def as_module(mod: Any):
+    """An IRModule with one ``main`` PrimFunc, from an IRModule or a PrimFunc."""
+    import tvm
+
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        return tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})
+    if isinstance(mod, tvm.IRModule):
+        return mod
+    raise TypeError(f"expected an IRModule or a PrimFunc, got {type(mod).__name__}")
+
+
+def tune_context(mod: Any, target: Any, *, seed: int = 0, task_name: str = "main", num_threads: int | None = None):
+    """A ``TuneContext`` with MetaSchedule's defaults for ``target`` (what ``tune_tir`` uses).
+
+    The CPU import fix is applied first, so this costs ~1 s instead of ~20 s on CPU nodes.
+    """
+    tgt = as_target(target)
+    install_for_target(tgt)
+    from tvm.s_tir import meta_schedule as ms
+
+    kwargs: dict[str, Any] = {}
+    if num_threads is not None:
+        kwargs["num_threads"] = num_threads
+    return ms.TuneContext(
+        mod=as_module(mod),
+        target=tgt,
+        space_generator="post-order-apply",
+        task_name=task_name,
+        rand_state=seed,
+        **kwargs,
+    )
+
+
+def design_space(mod: Any, target: Any, *, seed: int = 0) -> list:
+    """The sketches (``tvm.s_tir.schedule.Schedule``) MetaSchedule tunes ``mod`` over.
+
+    Post-order-apply with the target's default schedule rules (llvm rules for a CPU target,
+    cuda rules with thread binding for a CUDA target); nothing pruned. The sketches' random
+    decisions depend on ``seed``; their instruction skeletons do not.
+    """
+    ctx = tune_context(mod, target, seed=seed)
+    sketches = list(ctx.generate_design_space())
+    logger.debug("design space of %d sketches", len(sketches))
+    return sketches
+
+
+def plain_json(obj: Any) -> Any:
+    """``Trace.as_json()`` made JSON-serialisable (IntImm/FloatImm/String → Python values)."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [plain_json(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(plain_json(k)): plain_json(v) for k, v in obj.items()}
+    value = getattr(obj, "value", None)
+    if value is not None and isinstance(value, (bool, int, float)):
+        dtype = str(getattr(obj, "dtype", ""))
+        return bool(value) if dtype == "bool" else value
+    if hasattr(obj, "items"):  # tvm Map
+        return {str(plain_json(k)): plain_json(v) for k, v in obj.items()}
+    if hasattr(obj, "__iter__") and not isinstance(obj, (bytes, bytearray)):  # tvm Array
+        return [plain_json(x) for x in obj]
+    return str(obj)
+
+
+def trace_json(trace: Any) -> list:
+    """A trace as plain JSON ``[insts, decisions]`` (postprocessing instructions kept)."""
+    return plain_json(trace.as_json())
+
+
+def skeleton(trace: Any, *, simplify: bool = False) -> tuple:
+    """The instruction skeleton of a trace: kinds, inputs and attrs before ``EnterPostproc``.
+
+    Decisions are left out, and so is the value of a ``meta_schedule.parallel`` annotation
+    (MutateParallel rewrites it). ``trace`` may be a ``Trace``, a ``Schedule`` or trace JSON
+    (``[insts, decisions]``, as a string or parsed). ``simplify`` first removes dead code
+    (live traces only), which is how some search strategies store their traces.
+    """
+    out = []
+    for inst in _insts_json(trace, simplify):
+        kind, inputs, attrs = inst[0], inst[1], inst[2]
+        if kind == "EnterPostproc":
+            break
+        inputs = list(inputs)
+        if kind == "Annotate" and attrs and attrs[0] in _MUTABLE_ANNOTATIONS and len(inputs) > 1:
+            inputs[1] = "*"
+        out.append(json.dumps([kind, inputs, attrs], sort_keys=True, separators=(",", ":")))
+    return tuple(out)
+
+
+def sketch_id(trace: Any, sketches: Sequence[Any]) -> int:
+    """Index of the sketch whose instruction skeleton matches ``trace``; -1 if none does.
+
+    A sketch matches in its written form or with dead code removed, so traces from either
+    kind of search strategy find their sketch.
+    """
+    key = skeleton(trace)
+    for i, sk in enumerate(sketches):
+        if skeleton(sk) == key or skeleton(sk, simplify=True) == key:
+            return i
+    return -1
+
+
+def _insts_json(trace: Any, simplify: bool) -> list:
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    if isinstance(trace, Schedule):
+        trace = trace.trace
+    if isinstance(trace, Trace):
+        if simplify:
+            trace = trace.simplified(remove_postproc=True)
+        return plain_json(trace.as_json(remove_postproc=True))[0]
+    if isinstance(trace, str):
+        trace = json.loads(trace)
+    if isinstance(trace, (list, tuple)) and len(trace) == 2 and isinstance(trace[0], list):
+        return list(trace[0])
+    raise TypeError(f"expected a Trace, a Schedule or trace JSON, got {type(trace).__name__}")

@@ -1,0 +1,68 @@
+"""Design space, sketch ids, the CPU import fix and hardware identity."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from collectors.design_space import design_space, skeleton, sketch_id, trace_json
+from collectors.hardware import HARDWARE_KEY_RE, cpu_hardware, detect_hardware, slug
+
+from collectors.workloads import matmul as te_matmul
+
+
+def test_fast_import_registers_x86_only_in_a_fresh_process():
+    code = (
+        "import time, sys; t=time.time(); import collectors.fast_import as f; ok=f.install();"
+        "import tvm.s_tir.tensor_intrin as ti; from tvm.s_tir import TensorIntrin;"
+        "TensorIntrin.get('dot_16x4_avx512');"
+        "print(ok, f.is_installed(), 'tvm.s_tir.tensor_intrin.cuda' in sys.modules, time.time()-t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[:3] == ["True", "True", "False"]
+    assert float(out[3]) < 12.0  # the full import alone takes ~16 s
+
+
+def test_matmul_design_space_has_three_distinct_sketches(matmul_mod, cpu_hw):
+    sketches = design_space(matmul_mod, cpu_hw)
+    assert len(sketches) == 3
+    kinds = {inst.kind.name for sk in sketches for inst in sk.trace.insts}
+    assert {"SamplePerfectTile", "SampleCategorical"} <= kinds
+    assert len({skeleton(sk) for sk in sketches}) == 3
+    for i, sk in enumerate(sketches):
+        assert sketch_id(sk.trace, sketches) == i
+        assert sketch_id(json.dumps(trace_json(sk.trace)), sketches) == i  # JSON form too
+
+
+def test_sketch_id_ignores_decisions_and_rejects_other_programs(matmul_mod, cpu_hw):
+    a = design_space(matmul_mod, cpu_hw, seed=1)
+    b = design_space(matmul_mod, cpu_hw, seed=2)
+    assert [sketch_id(sk, a) for sk in b] == [0, 1, 2]
+    other = design_space(te_matmul(32, 48, 16), cpu_hw)
+    # Same structure on other extents still matches (extents live in decisions / the program).
+    assert sketch_id(other[0], a) in (0, 1, 2)
+    from collectors.workloads import relu as te_relu
+
+    relu = design_space(te_relu(), cpu_hw)
+    assert sketch_id(relu[0], a) == -1
+
+
+def test_detect_hardware_cpu_key_is_derived_and_stable():
+    hw = detect_hardware("cpu")
+    assert HARDWARE_KEY_RE.match(hw.key)
+    assert hw.key == f"cpu-{slug(hw.arch)}-{hw.cores}c"
+    assert hw.target == {"kind": "llvm", "mcpu": hw.arch, "num-cores": hw.cores}
+    assert detect_hardware("cpu").key == hw.key
+    assert cpu_hardware("znver4", 2).key == "cpu-znver4-2c"
+    assert hw.vector_bits in (128, 256, 512)
+
+
+def test_detect_hardware_override_and_bad_input():
+    assert detect_hardware(key="cpu-mybox-8c").key == "cpu-mybox-8c"
+    with pytest.raises(ValueError, match="Bad Key"):
+        detect_hardware(key="Bad Key")
+    with pytest.raises(ValueError, match="'tpu'"):
+        detect_hardware("tpu")
+    assert slug("NVIDIA H200") == "h200"
