@@ -1,0 +1,275 @@
+"""Tune one task with MetaSchedule and turn every measured candidate into a corpus record.
+
+``tune_task`` runs MetaSchedule's own machinery (TuneContext, task scheduler, LocalBuilder,
+LocalRunner, MemoryDatabase, the default measure callbacks) for one task and a budget of
+trials, adding one measure callback of ours that sees every (candidate, build result, run
+result) as it is measured and hands the batch to ``on_records`` right away, so a caller can
+flush records to disk per iteration (crash safety). Every candidate's output is checked once
+against the unscheduled program inside the runner worker (collectors/correctness.py): a wrong
+answer becomes an error, never a latency. MetaSchedule's work dir is a temp dir.
+
+It never starts Ray and prints nothing: progress goes to an optional callback, and
+MetaSchedule's own logs to a file in the work dir.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import socket
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from collectors.correctness import checked_run_evaluator, error_from_runner, make_reference
+from collectors.design_space import as_module, plain_json, sketch_id, trace_json, tune_context
+from collectors.fast_import import install, install_for_target
+from collectors.hardware import Hardware
+from collectors.task import Task
+
+logger = logging.getLogger(__name__)
+
+STRATEGIES = ("evolutionary", "replay-trace")
+
+#: ``on_records(records)``: called once per measured batch with the batch's record dicts.
+RecordsCallback = Callable[[list[dict]], None]
+#: ``progress(trials_done, trials_total, best_latency_s_or_None)`` after each batch.
+ProgressCallback = Callable[[int, int, "float | None"], None]
+
+
+@dataclass
+class TuneConfig:
+    """How to tune one task. Stored (as ``tuner_params``) with every record it produces."""
+
+    trials: int = 64  # measured candidates in total (MetaSchedule's max_trials_global)
+    strategy: str = "evolutionary"  # "evolutionary" (xgb cost model) or "replay-trace" (random valid samples)
+    seed: int = 0  # MetaSchedule rand_state: same seed, same candidates
+    trials_per_iter: int = 64  # candidates built and measured per batch (one on_records call per batch)
+    cost_model: str | None = None  # None: "xgb" for evolutionary, "random" for replay-trace
+    builder_workers: int | None = None  # parallel build processes; None: the hardware's core count
+    build_timeout_s: float = 30.0  # a candidate whose build takes longer is an error
+    run_timeout_s: float = 30.0  # a candidate whose run takes longer is an error
+    number: int = 3  # evaluator: runs per measurement (MetaSchedule's default)
+    repeat: int = 1  # evaluator: measurements per candidate; run_secs has repeat entries
+    min_repeat_ms: int = 100  # evaluator: minimum time of one measurement (MetaSchedule's default)
+    check_correctness: bool = True  # check each measured candidate against the unscheduled program
+    work_dir: str | None = None  # MetaSchedule's work dir (logs); None: a temp dir removed afterwards
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy {self.strategy!r} is not one of {STRATEGIES}")
+        if self.trials < 1:
+            raise ValueError(f"trials must be >= 1, got {self.trials}")
+        if self.trials_per_iter < 1:
+            raise ValueError(f"trials_per_iter must be >= 1, got {self.trials_per_iter}")
+
+    @property
+    def resolved_cost_model(self) -> str:
+        if self.cost_model:
+            return self.cost_model
+        return "xgb" if self.strategy == "evolutionary" else "random"
+
+    def params(self) -> dict[str, Any]:
+        """The tuner parameters that shape the records (the ``tuner_params`` JSON)."""
+        p = {k: v for k, v in asdict(self).items() if k not in ("work_dir", "builder_workers", "strategy")}
+        p["cost_model"] = self.resolved_cost_model
+        return p
+
+
+@dataclass
+class TuneSummary:
+    """What one ``tune_task`` call did."""
+
+    workload_key: str
+    task_name: str
+    hardware_key: str
+    tuner: str
+    trials: int  # trials asked for
+    records: int = 0  # candidates measured (records handed to on_records)
+    errors: int = 0  # of which failed (build, run or wrong answer)
+    wrong_answers: int = 0  # of which were wrong answers
+    best_latency_s: float | None = None
+    best_trace_json: str | None = None
+    sketches: int = 0  # size of the design space
+    elapsed_s: float = 0.0
+    error_kinds: dict[str, int] = field(default_factory=dict)
+
+
+def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, *,
+              on_records: RecordsCallback | None = None, progress: ProgressCallback | None = None,
+              run_id: str = "") -> TuneSummary:
+    """Tune ``task`` on ``hardware`` (this machine) and emit a record per measured candidate."""
+    config = config or TuneConfig()
+    t0 = time.perf_counter()
+    target = hardware.tvm_target()
+    is_cpu = hardware.kind == "cpu"
+    install_for_target(target)
+    from tvm.s_tir import meta_schedule as ms
+
+    mod = as_module(task.mod)
+    summary = TuneSummary(task.workload_key, task.task_name, hardware.key, config.strategy, config.trials)
+    own_dir = config.work_dir is None
+    work_dir = tempfile.mkdtemp(prefix="tlm-tune-") if own_dir else config.work_dir
+    os.makedirs(work_dir, exist_ok=True)
+    ms_logger, handler = _file_logger(work_dir, task.task_name)
+    try:
+        ctx = tune_context(mod, target, seed=config.seed, task_name=task.task_name, num_threads=hardware.cores)
+        sketches = list(ctx.generate_design_space())
+        summary.sketches = len(sketches)
+        ctx = ms.TuneContext(
+            mod=mod, target=target, space_generator="post-order-apply",
+            search_strategy=config.strategy, task_name=task.task_name, rand_state=config.seed,
+            num_threads=hardware.cores, logger=ms_logger,
+        ).clone()
+        evaluator = ms.runner.EvaluatorConfig(
+            number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
+            enable_cpu_cache_flush=False,
+        )
+        f_run = None
+        if config.check_correctness:
+            ref = make_reference(mod, seed=config.seed, path=os.path.join(work_dir, "reference.npz"))
+            f_run = functools.partial(checked_run_evaluator, reference_path=ref.path)
+        builder = ms.builder.LocalBuilder(
+            max_workers=config.builder_workers or hardware.cores, timeout_sec=config.build_timeout_s,
+            initializer=install if is_cpu else None,
+        )
+        runner = ms.runner.LocalRunner(
+            timeout_sec=config.run_timeout_s, evaluator_config=evaluator, f_run_evaluator=f_run,
+            initializer=install if is_cpu else None,
+        )
+        base = {
+            "workload_key": task.workload_key, "hardware_key": hardware.key,
+            "target": json.dumps(hardware.target, sort_keys=True), "task_name": task.task_name,
+            "tuner": config.strategy, "tuner_params": json.dumps(config.params(), sort_keys=True),
+            "run_id": run_id, "node": socket.gethostname(), "tvm_version": _tvm_version(),
+        }
+        recorder = _make_recorder(sketches, base, summary, on_records, progress, config.trials)
+        ms.tune.tune_tasks(
+            tasks=[ctx], task_weights=[1.0], work_dir=work_dir,
+            max_trials_global=config.trials, max_trials_per_task=config.trials,
+            num_trials_per_iter=min(config.trials_per_iter, config.trials),
+            builder=builder, runner=runner, database=ms.database.MemoryDatabase(),
+            cost_model=config.resolved_cost_model,
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), recorder],
+            task_scheduler="gradient",
+        )
+        if recorder.pending_exc is not None:  # an exception in on_records (e.g. Ctrl-C)
+            raise recorder.pending_exc
+    finally:
+        ms_logger.removeHandler(handler)
+        handler.close()
+        if own_dir:
+            import shutil
+
+            shutil.rmtree(work_dir, ignore_errors=True)
+    summary.elapsed_s = time.perf_counter() - t0
+    logger.debug("tuned %s on %s: %d records, best %s s", task.task_name, hardware.key,
+                 summary.records, summary.best_latency_s)
+    return summary
+
+
+def _make_recorder(sketches, base, summary, on_records, progress, total):
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+    from tvm.ir.utils import derived_object
+
+    try:
+        from storage import make_record_id
+    except ImportError:  # storage fills record_id on append (docs/CONTRACTS.md)
+        make_record_id = None
+
+    @derived_object
+    class _Recorder(PyMeasureCallback):
+        """Turns each measured batch into records and hands them over at once."""
+
+        def __init__(self) -> None:
+            self.pending_exc: BaseException | None = None
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+            if self.pending_exc is not None:
+                return
+            try:
+                records = [
+                    _record(base, sketches, cand, b, r, make_record_id)
+                    for cand, b, r in zip(measure_candidates, builder_results, runner_results)
+                ]
+                _update_summary(summary, records)
+                if on_records is not None:
+                    on_records(records)
+                if progress is not None:
+                    progress(summary.records, total, summary.best_latency_s)
+            except BaseException as exc:  # noqa: BLE001 - re-raised after MetaSchedule returns
+                # An exception cannot cross the C++ callback boundary cleanly: remember it, and
+                # stop the scheduler from asking for more by exhausting the task.
+                self.pending_exc = exc
+                try:
+                    task_scheduler.terminate_task(task_id)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    return _Recorder()
+
+
+def _record(base: dict, sketches: list, cand: Any, b: Any, r: Any, make_record_id) -> dict:
+    trace = cand.sch.trace
+    tj = trace_json(trace)
+    trace_str = json.dumps(tj, separators=(",", ":"))
+    run_secs: list[float] = []
+    error = None
+    if b.error_msg:
+        error = "build error: " + str(b.error_msg).strip()
+    elif r.error_msg:
+        error = error_from_runner(r.error_msg)
+        if error and not error.startswith("wrong answer"):
+            error = "run error: " + error
+    elif r.run_secs is None:
+        error = "run error: no timings"
+    else:
+        run_secs = [float(plain_json(x)) for x in r.run_secs]
+    rec = dict(base)
+    rec.update(
+        sketch_id=sketch_id(tj, sketches),
+        trace_json=trace_str,
+        decisions_json=json.dumps(tj[1], separators=(",", ":")),
+        run_secs=run_secs,
+        latency_s=float(statistics.median(run_secs)) if run_secs and error is None else None,
+        error=error,
+        args_info_json=json.dumps([plain_json(a.as_json()) for a in cand.args_info], separators=(",", ":")),
+    )
+    if make_record_id is not None:
+        rec["record_id"] = make_record_id(base["workload_key"], base["hardware_key"], trace_str)
+    return rec
+
+
+def _update_summary(summary: TuneSummary, records: list[dict]) -> None:
+    for rec in records:
+        summary.records += 1
+        if rec["error"]:
+            summary.errors += 1
+            kind = rec["error"].split(":", 1)[0]
+            summary.error_kinds[kind] = summary.error_kinds.get(kind, 0) + 1
+            if kind == "wrong answer":
+                summary.wrong_answers += 1
+        elif summary.best_latency_s is None or rec["latency_s"] < summary.best_latency_s:
+            summary.best_latency_s = rec["latency_s"]
+            summary.best_trace_json = rec["trace_json"]
+
+
+def _file_logger(work_dir: str, task_name: str) -> tuple[logging.Logger, logging.Handler]:
+    """MetaSchedule's per-task log goes to a file, not the console (the caller owns that)."""
+    log = logging.getLogger(f"{__name__}.ms.{task_name}")
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(os.path.join(work_dir, f"{task_name[:100]}.log"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    return log, handler
+
+
+@functools.lru_cache(maxsize=1)
+def _tvm_version() -> str:
+    import tvm
+
+    return str(tvm.__version__)

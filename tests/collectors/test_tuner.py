@@ -1,0 +1,123 @@
+"""Tuning one task: every measured candidate becomes a record; wrong answers are errors."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import collectors.tuner as tuner_mod
+from collectors.correctness import Reference, check_schedule, compare, make_reference
+from collectors.design_space import design_space
+from collectors.task import Task
+from collectors.tuner import TuneConfig, tune_task
+
+RECORD_COLUMNS = {"workload_key", "hardware_key", "target", "task_name", "sketch_id", "trace_json",
+                  "decisions_json", "run_secs", "latency_s", "error", "tuner", "tuner_params",
+                  "run_id", "node", "tvm_version", "args_info_json"}
+
+
+@pytest.fixture(scope="module")
+def tuned(matmul_mod, cpu_hw):
+    batches: list[list[dict]] = []
+    progress: list[tuple] = []
+    task = Task("ab" * 8, "matmul64", matmul_mod)
+    summary = tune_task(task, cpu_hw, TuneConfig(trials=8, strategy="evolutionary", seed=3),
+                        on_records=batches.append, progress=lambda *a: progress.append(a), run_id="r1")
+    return summary, batches, progress
+
+
+def test_eight_trials_give_eight_measured_records(tuned, cpu_hw):
+    summary, batches, progress = tuned
+    records = [r for b in batches for r in b]
+    assert len(records) == 8 == summary.records
+    assert progress and progress[-1][:2] == (8, 8)
+    for rec in records:
+        assert RECORD_COLUMNS <= set(rec)
+        assert rec["hardware_key"] == cpu_hw.key and rec["tuner"] == "evolutionary" and rec["run_id"] == "r1"
+        assert json.loads(rec["tuner_params"])["trials"] == 8
+        assert rec["sketch_id"] in (0, 1, 2)
+        if rec["error"] is None:
+            assert rec["latency_s"] > 0 and rec["run_secs"]
+    ok = [r["latency_s"] for r in records if r["error"] is None]
+    assert ok and summary.best_latency_s == min(ok)
+
+
+def test_record_traces_reapply_to_the_same_correct_program(tuned, matmul_mod, cpu_hw):
+    import tvm_ffi
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from collectors.design_space import trace_json
+
+    _, batches, _ = tuned
+    ref = make_reference(matmul_mod, seed=1)
+    for rec in [r for b in batches for r in b][:4]:
+        trace = json.loads(rec["trace_json"])
+        first, second = Schedule(matmul_mod), Schedule(matmul_mod)
+        Trace.apply_json_to_schedule(trace, first)
+        Trace.apply_json_to_schedule(trace, second)
+        assert tvm_ffi.structural_equal(first.mod, second.mod)
+        assert not tvm_ffi.structural_equal(first.mod, matmul_mod)  # it was scheduled
+        replayed = {int(k): v for k, v in trace_json(first.trace)[1]}
+        assert replayed == {int(k): v for k, v in json.loads(rec["decisions_json"])}
+        assert check_schedule(first, ref, cpu_hw) is None
+
+
+def test_wrong_program_is_caught_in_process(matmul_mod, cpu_hw):
+    from collectors.workloads import matmul
+
+    ref = make_reference(matmul_mod, seed=0)
+    assert check_schedule(matmul_mod, ref, cpu_hw) is None
+    sch = design_space(matmul(64, 64, 64), cpu_hw)[0]
+    assert check_schedule(sch, ref, cpu_hw) is None  # a sketch is a correct program
+    # A "schedule" that drops part of the reduction: same signature, wrong numbers.
+    from tvm import te
+    import tvm
+
+    a = te.placeholder((64, 64), name="A")
+    b = te.placeholder((64, 64), name="B")
+    r = te.reduce_axis((0, 63), name="k")
+    c = te.compute((64, 64), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    wrong = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    err = check_schedule(wrong, ref, cpu_hw)
+    assert err is not None and err.startswith("wrong answer: max rel err")
+
+
+def test_compare_tolerates_rounding_but_not_errors():
+    e = [np.linspace(-1, 1, 100, dtype=np.float32)]
+    assert compare([e[0] * (1 + 1e-6)], e) is None
+    bad = e[0].copy()
+    bad[7] += 0.5
+    assert "max rel err" in compare([bad], e)
+    assert compare([np.array([1, 2])], [np.array([1, 3])]).startswith("wrong answer")
+
+
+def test_wrong_answers_during_tuning_are_errors_not_latencies(cpu_hw, monkeypatch, tmp_path):
+    """Tune against a corrupted reference: the runner's check must reject every candidate."""
+    from collectors.workloads import matmul
+
+    real = make_reference
+
+    def corrupted(mod, *, seed=0, path=None):
+        ref = real(mod, seed=seed)
+        ref.outputs[-1] = ref.outputs[-1] + 1.0  # what a wrong schedule would look like
+        if path is not None:
+            ref.save(path)
+        return ref
+
+    monkeypatch.setattr(tuner_mod, "make_reference", corrupted)
+    records: list[dict] = []
+    summary = tune_task(Task("cd" * 8, "matmul32", matmul(32, 32, 32)), cpu_hw,
+                        TuneConfig(trials=3, strategy="replay-trace", seed=1), on_records=records.extend)
+    assert len(records) == 3
+    for rec in records:
+        assert rec["error"].startswith("wrong answer: max rel err"), rec["error"]
+        assert rec["latency_s"] is None and rec["run_secs"] == []
+    assert summary.wrong_answers == 3 and summary.best_latency_s is None
+
+
+def test_bad_config_is_rejected():
+    with pytest.raises(ValueError, match="'random'"):
+        TuneConfig(strategy="random")
+    with pytest.raises(ValueError, match="0"):
+        TuneConfig(trials=0)
