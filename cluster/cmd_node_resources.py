@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"this machine is {sorted(slots)}, not {args.expect!r}: fix the node type's resources", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(res, sort_keys=True))
+        print(json.dumps({k: int(v) if float(v).is_integer() else v for k, v in res.items()}, sort_keys=True))
         return 0
     for hw in hws:
         print(f"# {hw.key}: {hw.description or hw.kind} ({slots[hw.key]} measurement slot(s))")

@@ -5,7 +5,6 @@ import shlex
 import pytest
 
 from cluster.resources import hw_resource, keys_in_resources, node_resources, ray_start_command
-from collectors import hardware as hwmod
 from collectors.hardware import Hardware
 
 
@@ -55,7 +54,6 @@ def test_bad_key_is_named():
         hw_resource("CPU X")
 
 
-@pytest.mark.skipif(not hasattr(hwmod, "detect_hardware"), reason="collectors' detect_hardware not landed yet")
 def test_cli_prints_a_ray_start_line_for_this_machine(capsys):
     from cluster.cli import main
 

@@ -1,0 +1,179 @@
+"""The collection job on a simulated heterogeneous Ray cluster (tests/cluster/conftest.py).
+
+Real tuning of tiny matmuls with a few trials: every record here was built and measured.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pyarrow.compute as pc
+import pytest
+
+from cluster.collect_job import JobConfig, make_collector, run_collection
+
+# The simulated cluster's hardware keys (tests/cluster/conftest.py).
+KEY_A, KEY_B, KEY_C, KEY_GPU = "cpu-sim_a-1c", "cpu-sim_b-1c", "cpu-sim_c-1c", "cuda-sm_90-fake"
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _task(n: int, m: int, k: int):
+    from collectors.task import Task
+    from collectors.workloads import matmul
+    from storage import workload_key
+
+    mod = matmul(n, m, k)
+    return Task(workload_key(mod), f"matmul_{n}x{m}x{k}", mod, flops=2.0 * n * m * k, op_kind="matmul", model="tiny")
+
+
+TASKS = [(16, 16, 16), (16, 32, 16), (32, 16, 16), (16, 16, 32)]
+
+
+def _tune_config(trials: int = 4, per_iter: int = 2):
+    from collectors.tuner import TuneConfig
+
+    return TuneConfig(trials=trials, trials_per_iter=per_iter, strategy="replay-trace", builder_workers=1,
+                      number=1, repeat=2, min_repeat_ms=5)
+
+
+def _job(**kw) -> JobConfig:
+    return JobConfig(progress=False, **kw)
+
+
+def _scan(root):
+    from storage import Corpus
+
+    return Corpus.open(root).scan()
+
+
+def test_placement_follows_hardware_and_ends_promptly_for_missing_keys(ray_cluster, tmp_path, caplog):
+    tasks = [_task(*s) for s in TASKS[:2]]
+    caplog.set_level(logging.INFO, logger="cluster.collect_job")
+    t0 = time.time()
+    s = run_collection(
+        tasks, corpus_root=str(tmp_path), tune_config=_tune_config(), hardware=ray_cluster.hardware,
+        hardware_keys=[KEY_A, KEY_B, "cpu-absent-1c"], config=_job(),
+    )
+    assert s.status == "partial" and s.missing_keys == ["cpu-absent-1c"]
+    assert KEY_GPU in s.idle_keys and any(KEY_GPU in r.message and "idle" in r.message for r in caplog.records)
+    by = {(o.workload_key, o.hardware_key): o for o in s.outcomes}
+    for t in tasks:
+        for key in (KEY_A, KEY_B):
+            o = by[(t.workload_key, key)]
+            assert o.status == "done", o
+            assert o.node_id in ray_cluster.node_ids[key], f"{key} tuned on the wrong node"
+            assert o.records + o.duplicates == 4 and o.records >= 1 and o.attempts == 1
+        assert by[(t.workload_key, "cpu-absent-1c")].status == "unplaceable"
+    assert time.time() - t0 < 300
+
+    table = _scan(tmp_path)
+    assert table.num_rows == s.records >= 8
+    assert len(set(table["record_id"].to_pylist())) == table.num_rows
+    assert set(table["run_id"].to_pylist()) == {s.run_id}
+    ok = pc.is_valid(table["latency_s"])
+    assert pc.sum(ok).as_py() >= 1, "at least one candidate measured"
+
+    # At most one measurement per measure: slot at a time: each key has one slot here, so the
+    # tasks of a key ran one after another, and each record was measured inside its task's span.
+    for key in (KEY_A, KEY_B):
+        spans = sorted((o.started_at, o.finished_at, o.workload_key) for o in s.outcomes
+                       if o.hardware_key == key and o.status == "done")
+        for (s0, e0, _), (s1, e1, _) in zip(spans, spans[1:]):
+            assert e0 <= s1, f"two tasks measured on {key} at once"
+        for start, end, wk in spans:
+            rows = table.filter(pc.and_(pc.equal(table["hardware_key"], key), pc.equal(table["workload_key"], wk)))
+            ts = [t.timestamp() for t in rows["created_at"].to_pylist()]
+            assert ts and all(start - 0.5 <= x <= end + 0.5 for x in ts)
+
+    # The run is in the index, with its tasks (`tlm runs` reads the same).
+    from cluster.cmd_runs import run_rows
+    from storage import Corpus
+
+    (row,) = [r for r in run_rows(Corpus.open(tmp_path)) if r["run_id"] == s.run_id]
+    assert (row["status"], row["tasks_done"], row["tasks_failed"]) == ("partial", 4, 2)
+    assert row["records"] == sum(o.records + o.duplicates for o in s.outcomes)
+
+
+def test_a_measure_slot_admits_one_collector(ray_cluster, tmp_path):
+    """A second collector for a one-slot key waits: Ray will not place it while the first lives."""
+    import ray
+
+    first = make_collector(KEY_A, str(tmp_path), None, "r", ray_cluster.hardware[KEY_A])
+    where = ray.get(first.where.remote(), timeout=60)
+    assert where["node_id"] in ray_cluster.node_ids[KEY_A]
+    second = make_collector(KEY_A, str(tmp_path), None, "r", ray_cluster.hardware[KEY_A])
+    ready, _ = ray.wait([second.where.remote()], timeout=3)
+    assert not ready
+    ray.kill(first)
+    assert ray.get(second.where.remote(), timeout=60)["node_id"] in ray_cluster.node_ids[KEY_A]
+    ray.kill(second)
+
+
+def test_gpu_collector_lands_on_the_gpu_node_with_one_device(ray_cluster, tmp_path):
+    import ray
+
+    actor = make_collector(KEY_GPU, str(tmp_path), None, "r", ray_cluster.hardware[KEY_GPU])
+    where = ray.get(actor.where.remote(), timeout=60)
+    ray.kill(actor)
+    assert where["node_id"] in ray_cluster.node_ids[KEY_GPU]
+    assert where["cuda_visible_devices"] == "0"
+
+
+def test_restarted_driver_resumes_from_the_index(ray_cluster, tmp_path):
+    tasks = [_task(*s) for s in TASKS[:2]]
+    first = run_collection(tasks[:1], corpus_root=str(tmp_path), tune_config=_tune_config(),
+                           hardware=ray_cluster.hardware, hardware_keys=[KEY_A], config=_job())
+    assert first.status == "finished" and first.count("done") == 1
+    rows = _scan(tmp_path).num_rows
+    again = run_collection(tasks, corpus_root=str(tmp_path), tune_config=_tune_config(),
+                           hardware=ray_cluster.hardware, hardware_keys=[KEY_A], config=_job())
+    by = {o.workload_key: o for o in again.outcomes}
+    assert by[tasks[0].workload_key].status == "skipped" and by[tasks[0].workload_key].attempts == 0
+    assert by[tasks[1].workload_key].status == "done"
+    table = _scan(tmp_path)
+    assert table.num_rows == rows + by[tasks[1].workload_key].records
+    assert len(set(table["record_id"].to_pylist())) == table.num_rows
+    # A different budget is a different unit of work: not skipped.
+    third = run_collection(tasks[:1], corpus_root=str(tmp_path), tune_config=_tune_config(trials=6),
+                           hardware=ray_cluster.hardware, hardware_keys=[KEY_A], config=_job())
+    assert third.outcomes[0].status == "done"
+
+
+def test_node_death_mid_job_retries_elsewhere_without_duplicates(ray_cluster, tmp_path):
+    """Two nodes of one hardware; one is killed while tasks run: the job still completes."""
+    nodes = [ray_cluster.add_cpu_node(KEY_C), ray_cluster.add_cpu_node(KEY_C)]
+    tasks = [_task(*s) for s in TASKS]
+    result: dict = {}
+
+    def drive():
+        result["s"] = run_collection(tasks, corpus_root=str(tmp_path), tune_config=_tune_config(trials=6),
+                                     hardware=ray_cluster.hardware, hardware_keys=[KEY_C],
+                                     config=_job(lost_key_grace_s=5))
+
+    th = threading.Thread(target=drive)
+    th.start()
+    # Wait for the first flushed batch (a task is mid-way), then kill one of the two nodes.
+    parts = tmp_path / f"hardware={KEY_C}"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (parts.exists() and any(parts.glob("*.parquet"))):
+        time.sleep(0.2)
+    assert parts.exists(), "no records were written"
+    victim = nodes[0]
+    ray_cluster.cluster.remove_node(victim)
+    th.join(timeout=480)
+    assert not th.is_alive()
+    s = result["s"]
+    assert s.status == "finished", [(o.task_name, o.status, o.error) for o in s.outcomes]
+    assert all(o.status == "done" for o in s.outcomes)
+    assert sum(o.attempts for o in s.outcomes) > len(tasks), "the killed task was retried"
+    retried = [o for o in s.outcomes if o.attempts > 1]
+    assert all(o.node_id == nodes[1].node_id for o in retried)
+
+    table = _scan(tmp_path)
+    ids = table["record_id"].to_pylist()
+    assert len(ids) == len(set(ids)), "a record was stored twice"
+    for o in s.outcomes:  # nothing lost: each task's stored records cover its final attempt
+        got = table.filter(pc.equal(table["workload_key"], o.workload_key)).num_rows
+        assert got >= max(o.records, 1)
