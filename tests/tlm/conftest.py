@@ -1,0 +1,101 @@
+"""Fixtures of the tensor-language tests: small TE workloads as Tasks, CPU and CUDA hardware.
+
+The workloads cover what CPU sketches sample: multi-level tiling (matmul, conv2d: perfect
+tiles, unroll categorical, parallel annotation) and fused reductions (softmax: compute
+locations). Hardware is fixed (not detected) so prompts are the same on every machine.
+"""
+from __future__ import annotations
+
+import pytest
+
+import collectors.fast_import as fast_import
+
+fast_import.install()  # CPU sketches only need the x86 intrinsics (FACTS: ~16 s saved)
+
+
+def make_task(mod, name: str, op_kind: str):
+    from collectors.task import Task
+    from storage import workload_key
+
+    return Task(workload_key=workload_key(mod), task_name=name, mod=mod, op_kind=op_kind)
+
+
+def matmul_relu_mod(m: int = 64, n: int = 96, k: int = 128):
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((m, k), name="A")
+    b = te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    d = te.compute((m, n), lambda i, j: te.max(c[i, j], tvm.tirx.const(0, "float32")), name="D")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, d])})
+
+
+def softmax_mod(m: int = 8, n: int = 100):
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((m, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    mx = te.compute((m,), lambda i: te.max(a[i, k], axis=k), name="row_max")
+    e = te.compute((m, n), lambda i, j: te.exp(a[i, j] - mx[i]), name="exp")
+    k2 = te.reduce_axis((0, n), name="k2")
+    s = te.compute((m,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
+    o = te.compute((m, n), lambda i, j: e[i, j] / s[i], name="softmax")
+    return tvm.IRModule({"main": te.create_prim_func([a, o])})
+
+
+def conv_mod(c: int = 8, hw: int = 14, f: int = 16):
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, c, hw, hw), name="X")
+    w = te.placeholder((f, c, 3, 3), name="W")
+    y = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
+
+
+@pytest.fixture(scope="session")
+def cpu_hw():
+    from collectors.hardware import Hardware
+
+    return Hardware(key="cpu-znver4-2c", kind="cpu", arch="znver4", cores=2, vector_bits=512,
+                    target={"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
+                    description="test CPU", isa=("avx2", "avx512f", "fma"))
+
+
+@pytest.fixture(scope="session")
+def cuda_hw():
+    from collectors.hardware import Hardware
+
+    return Hardware(key="cuda-sm_90-test", kind="cuda", arch="sm_90", cores=132, vector_bits=1024,
+                    target={"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
+                            "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
+                            "host": {"kind": "llvm"}},
+                    description="test H100-like GPU")
+
+
+@pytest.fixture(scope="session")
+def tasks():
+    """name -> Task for the small workloads."""
+    return {
+        "matmul": make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul"),
+        "softmax": make_task(softmax_mod(), "fused_softmax", "reduction"),
+        "conv2d": make_task(conv_mod(), "fused_conv2d_relu", "conv2d"),
+    }
+
+
+def sample_traces(task, hw, per_sketch: int = 2, seed: int = 0):
+    """Traces of every sketch with random decisions (TVM samples them: valid by construction)."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from tlm.space import build_space
+
+    out = []
+    for sk in build_space(task, hw).sketches:
+        for j in range(per_sketch):
+            sch = Schedule(task.mod, seed=seed * 1000 + sk.sketch_id * 10 + j + 1)
+            Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+            out.append(sch.trace)
+    return out

@@ -1,0 +1,168 @@
+"""Sentences: exact round trip of sampled traces, readable prompts, clear errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.tlm.conftest import sample_traces
+from tlm.language import LanguageError, decode, encode
+from tlm.space import build_space
+
+
+def sampling_decisions(trace):
+    """Decisions of the sampling instructions in trace order (before postprocessing)."""
+    out = []
+    for inst in trace.insts:
+        if inst.kind.name == "EnterPostproc":
+            break
+        if inst.kind.name.startswith("Sample"):
+            d = trace.decisions[inst]
+            out.append([int(x) for x in d] if hasattr(d, "__len__") else int(d))
+    return out
+
+
+def applied(mod, trace):
+    from tvm.s_tir.schedule import Schedule
+
+    sch = Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=True)
+    return sch
+
+
+def assert_round_trip(task, hw, trace):
+    import tvm_ffi
+
+    sentence = encode(task, hw, trace)
+    back = decode(sentence, task, hw)
+    assert sampling_decisions(back) == sampling_decisions(trace)
+    a, b = applied(task.mod, trace), applied(task.mod, back)
+    assert tvm_ffi.structural_equal(a.mod, b.mod)
+    assert sampling_decisions(b.trace) == sampling_decisions(back)  # nothing repaired on replay
+    assert encode(task, hw, back) == sentence
+    return sentence
+
+
+@pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d"])
+def test_round_trip_of_sampled_traces(tasks, cpu_hw, name):
+    task = tasks[name]
+    traces = sample_traces(task, cpu_hw, per_sketch=2)
+    assert traces
+    for tr in traces:
+        assert_round_trip(task, cpu_hw, tr)
+
+
+def test_round_trip_from_trace_json_and_simplified_trace(tasks, cpu_hw):
+    from collectors.design_space import trace_json
+
+    task = tasks["softmax"]
+    tr = sample_traces(task, cpu_hw, per_sketch=1)[3]
+    s1 = encode(task, cpu_hw, json.dumps(trace_json(tr)))
+    s2 = encode(task, cpu_hw, tr.simplified(remove_postproc=True))
+    assert s1 == s2 == encode(task, cpu_hw, tr)
+
+
+def test_mutated_parallel_value_is_a_decision(tasks, cpu_hw):
+    """MutateParallel rewrites the annotation value: the sentence must carry it."""
+    from collectors.design_space import trace_json
+
+    task = tasks["matmul"]
+    tr = trace_json(sample_traces(task, cpu_hw, per_sketch=1)[0])
+    for inst in tr[0]:
+        if inst[0] == "Annotate" and inst[2][0] == "meta_schedule.parallel":
+            inst[1][1] = 6
+    s = encode(task, cpu_hw, tr)
+    i = s.tokens.index("parallel", s.prompt_len)
+    assert s.tokens[i + 1] == "6"
+    back = decode(s, task, cpu_hw)
+    anns = [int(i.inputs[1]) for i in back.insts
+            if i.kind.name == "Annotate" and str(i.attrs[0]) == "meta_schedule.parallel"]
+    assert anns == [6]
+
+
+def test_prompt_is_readable_and_sentence_has_one_group_per_choice(tasks, cpu_hw):
+    task = tasks["matmul"]
+    s = encode(task, cpu_hw, sample_traces(task, cpu_hw, per_sketch=1)[0])
+    text = s.text
+    assert text.startswith("[BOS] hw cpu arch znver4 cores 2 vector 512 isa avx2 fma avx512f task matmul")
+    assert "block C iters S 64 S 96 R 128 dtype float32" in text
+    assert "SamplePerfectTile n 4 extent 64 inner 64" in text
+    assert s.tokens[s.prompt_len - 1] == "decide" and s.tokens[-1] == "[EOS]"
+    groups = [w for w in s.decisions if w in ("tile", "pick", "at", "parallel", "ptile")]
+    assert groups == ["tile", "tile", "tile", "parallel", "pick"]
+
+
+def test_trace_from_another_workload_is_rejected_with_position(tasks, cpu_hw):
+    tr = sample_traces(tasks["matmul"], cpu_hw, per_sketch=1)[0]
+    with pytest.raises(LanguageError, match="not in the design space") as err:
+        encode(tasks["softmax"], cpu_hw, tr)
+    assert err.value.position >= 0
+
+
+def test_unknown_instruction_kind_is_rejected(tasks, cpu_hw):
+    from collectors.design_space import trace_json
+
+    tr = trace_json(sample_traces(tasks["matmul"], cpu_hw, per_sketch=1)[0])
+    tr[0][4][0] = "FrobnicateLoops"
+    with pytest.raises(LanguageError, match="unknown instruction kind 'FrobnicateLoops'") as err:
+        encode(tasks["matmul"], cpu_hw, tr)
+    assert err.value.position == 4
+
+
+def test_illegal_tile_factor_names_its_position(tasks, cpu_hw):
+    task = tasks["matmul"]
+    s = encode(task, cpu_hw, sample_traces(task, cpu_hw, per_sketch=1)[0])
+    words = list(s.tokens)
+    pos = words.index("tile", s.prompt_len) + 1
+    words[pos] = "7"  # 7 does not divide the extent 64
+    with pytest.raises(LanguageError, match="illegal word '7'.*extent 64") as err:
+        decode(words, task, cpu_hw)
+    assert err.value.position == pos
+
+
+def test_innermost_bound_is_enforced(tasks, cpu_hw):
+    task = tasks["matmul"]
+    s = encode(task, cpu_hw, sample_traces(task, cpu_hw, per_sketch=1)[0])
+    words = list(s.tokens)
+    pos = words.index("tile", s.prompt_len)
+    words[pos + 1: pos + 5] = ["1", "1", "1", "64"]
+    decode(words, task, cpu_hw)  # 64 is allowed (max_innermost_factor=64)
+    k = words.index("tile", pos + 5) + 1  # k loop: 128 = 1 x 128 breaks the bound
+    words[k: k + 2] = ["1", "128"]
+    with pytest.raises(LanguageError) as err:
+        decode(words, task, cpu_hw)
+    assert err.value.position == k + 1
+
+
+def test_wrong_prompt_and_truncation_and_trailing_words(tasks, cpu_hw):
+    task = tasks["matmul"]
+    s = encode(task, cpu_hw, sample_traces(task, cpu_hw, per_sketch=1)[0])
+    words = list(s.tokens)
+    bad = words.copy()
+    bad[4] = "skylake"
+    with pytest.raises(LanguageError, match="prompt does not match") as err:
+        decode(bad, task, cpu_hw)
+    assert err.value.position == 4
+    with pytest.raises(LanguageError, match="ends before") as err:
+        decode(words[:-3], task, cpu_hw)
+    assert err.value.position == len(words) - 3
+    with pytest.raises(LanguageError, match="after \\[EOS\\]"):
+        decode(words + ["tile"], task, cpu_hw)
+
+
+def test_space_lists_every_sketch_and_its_choices(tasks, cpu_hw):
+    from collectors.design_space import design_space
+
+    task = tasks["conv2d"]
+    space = build_space(task, cpu_hw)
+    assert len(space.sketches) == len(design_space(task.mod, cpu_hw))
+    sk = space.sketches[0]
+    kinds = [c.kind for c in sk.choices]
+    assert kinds.count("tile") == 7 and "pick" in kinds and "parallel" in kinds
+    tiles = [c for c in sk.choices if c.kind == "tile"]
+    assert [c.extent for c in tiles] == [1, 16, 14, 14, 8, 3, 3]
+    assert {c.n for c in tiles} == {4, 2} and {c.max_innermost for c in tiles} == {64}
+    pick = next(c for c in sk.choices if c.kind == "pick")
+    assert pick.candidates == (0, 16, 64, 512)
+    soft = build_space(tasks["softmax"], cpu_hw)
+    assert any(c.kind == "at" for sk in soft.sketches for c in sk.choices)

@@ -1,0 +1,609 @@
+"""The tensor language: a MetaSchedule trace as a sentence of readable words, and back.
+
+Grammar (words separated by single spaces; ``NUM`` is a number as in :mod:`tlm.numbers`:
+``0``..``1024`` as one word, larger values as ``num<k>`` plus ``k`` digit words)::
+
+    sentence  := "[BOS]" prompt decisions "[EOS]"
+    prompt    := hardware task sketch "decide"
+    hardware  := "hw" ("cpu" | "cuda") "arch" ARCH ("cores" | "sms") NUM "vector" NUM ["isa" FLAG+]
+    task      := "task" OPKIND "name" WORD+ block+
+    block     := "block" WORD+ "iters" (("S" | "R" | "O") NUM)* "dtype" DTYPE
+    sketch    := "sketch" NUM "of" NUM step+
+    step      := KIND                                         -- any other instruction
+               | "Annotate" ANNKEY                            -- ANNKEY without "meta_schedule."
+               | "Annotate" "parallel" "max" NUM              -- MutateParallel's choice (below)
+               | "SamplePerfectTile" "n" NUM "extent" EXT "inner" (NUM | "any")
+               | "SamplePartitionedTile" "n" NUM "extent" EXT "part" NUM "factor" NUM
+               | "SampleCategorical" "n" NUM NUM+             -- count, then the candidate values
+               | "SampleComputeLocation" "locations" (NUM | "var")
+    EXT       := NUM | "var"                                  -- "var": depends on earlier decisions
+    decisions := group*                                       -- one per choice, in trace order
+    group     := "tile" NUM{n}      -- SamplePerfectTile: the n factors, outermost first
+               | "ptile" NUM{n}     -- SamplePartitionedTile: the n factors
+               | "pick" NUM         -- SampleCategorical: the chosen candidate's value
+               | "at" ("root" | "inline" | NUM)   -- SampleComputeLocation: -1, -2 or loop index
+               | "parallel" NUM     -- value of the meta_schedule.parallel annotation
+
+The prompt is fixed by (task, hardware, sketch); everything after ``decide`` is what a model
+generates. The ``parallel`` group exists because MetaSchedule's MutateParallel rewrites the
+annotation's *value* (an instruction input, not a decision), so a measured trace can differ
+from its sketch there; writing it as a choice keeps the round trip exact.
+
+Worked example (a 64x96x128 matmul + ReLU on a 2-core Zen 4, sketch 0 of 3; the skeleton is
+shortened here with "..."; a real prompt lists every instruction)::
+
+    [BOS] hw cpu arch znver4 cores 2 vector 512 isa avx2 avx512f
+    task matmul name fused matmul relu
+    block C iters S 64 S 96 R 128 dtype float32 block D iters S 64 S 96 dtype float32
+    sketch 0 of 3 GetSBlock GetSBlock GetSBlock Annotate tiling_structure GetLoops
+    SamplePerfectTile n 4 extent 64 inner 64 Split SamplePerfectTile n 4 extent 96 inner 64
+    Split SamplePerfectTile n 2 extent 128 inner 64 Split Reorder ... Annotate parallel max 32
+    Annotate vectorize SampleCategorical n 4 0 16 64 512 Annotate unroll_explicit decide
+    tile 2 4 1 8 tile 1 6 4 4 tile 16 8 parallel 32 pick 512 [EOS]
+
+reads: split i into 2x4x1x8, j into 1x6x4x4, k into 16x8; parallelise up to 32 iterations;
+unroll up to 512 steps. ``decode`` turns it back into the sketch's trace with these decisions.
+
+Unknown prompt words (an op name or CPU the vocabulary lacks) stay words in the sentence;
+the tokenizer maps them to ``[UNK]`` (see :mod:`tlm.tokenizer`). Decisions only ever use
+words of the language, so a generated decision part is always fully in the vocabulary.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from collectors.hardware import Hardware
+from collectors.task import Task
+from tlm.numbers import next_number_tokens, number_tokens, read_number
+from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, trace_insts_json
+
+logger = logging.getLogger(__name__)
+
+BOS, EOS, PAD, UNK = "[BOS]", "[EOS]", "[PAD]", "[UNK]"
+DECIDE = "decide"
+#: Choice kind -> the word that opens its decision group.
+GROUP_WORD = {"tile": "tile", "ptile": "ptile", "pick": "pick", "at": "at", "parallel": "parallel"}
+LOCATION_WORDS = {-1: "root", -2: "inline"}
+#: ISA flags worth a word in the prompt (others are left out to keep prompts short).
+ISA_WORDS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+             "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8", "neon", "sve", "sve2", "dotprod")
+_ITER_WORD = {0: "S", 2: "R"}  # DataPar, CommReduce; anything else is "O" (ordered/opaque)
+
+
+class LanguageError(ValueError):
+    """A trace or sentence the language cannot express, at ``position`` (token or instruction)."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(f"position {position}: {reason}")
+        self.position = position
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A sentence: the prompt (ends with ``decide``) followed by decision groups and ``[EOS]``."""
+
+    tokens: tuple[str, ...]  # every word, [BOS] .. [EOS]
+    prompt_len: int  # tokens[:prompt_len] is the prompt
+    sketch_id: int  # which sketch of the task's design space the prompt describes
+
+    @property
+    def prompt(self) -> tuple[str, ...]:
+        return self.tokens[: self.prompt_len]
+
+    @property
+    def decisions(self) -> tuple[str, ...]:
+        return self.tokens[self.prompt_len :]
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.tokens)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+# ------------------------------------------------------------------------------------------
+# prompt
+# ------------------------------------------------------------------------------------------
+def hardware_tokens(hw: Hardware) -> list[str]:
+    """The hardware part of a prompt."""
+    out = ["hw", hw.kind, "arch", hw.arch or "unknown", "sms" if hw.kind == "cuda" else "cores"]
+    out += number_tokens(hw.cores) + ["vector"] + number_tokens(hw.vector_bits)
+    flags = [f for f in ISA_WORDS if f in set(hw.isa)]
+    if flags:
+        out += ["isa", *flags]
+    return out
+
+
+def task_tokens(task: Task) -> list[str]:
+    """The task part of a prompt: op kind, name words, every block's iterators and dtype."""
+    out = ["task", task.op_kind or "unknown", "name", *_name_words(task.task_name or "main")]
+    for name, iters, dtype in _blocks(task.mod):
+        out += ["block", *_name_words(name), "iters"]
+        for kind, extent in iters:
+            out += [_ITER_WORD.get(kind, "O"), *(number_tokens(extent) if extent is not None else ["var"])]
+        out += ["dtype", dtype]
+    return out
+
+
+def sketch_tokens(space: Space, sketch: Sketch) -> list[str]:
+    """The sketch part of a prompt: its instruction skeleton and the facts bounding each choice."""
+    out = ["sketch", *number_tokens(sketch.sketch_id), "of", *number_tokens(len(space.sketches))]
+    by_index = {c.inst_index: c for c in sketch.choices}
+    for i, kind in enumerate(sketch.kinds):
+        c = by_index.get(i)
+        out.append(kind)
+        if kind == "Annotate":
+            key = sketch.ann_keys.get(i, "")
+            out.append(key.removeprefix("meta_schedule."))
+            if c is not None:
+                out += ["max", *number_tokens(c.max_parallel)]
+        elif c is None:
+            continue
+        elif c.kind == "tile":
+            out += ["n", *number_tokens(c.n), "extent", *_maybe(c.extent), "inner"]
+            out += number_tokens(c.max_innermost) if c.max_innermost > 0 else ["any"]
+        elif c.kind == "ptile":
+            out += ["n", *number_tokens(c.n), "extent", *_maybe(c.extent), "part",
+                    *number_tokens(c.partition_pos), "factor", *number_tokens(c.innerpart_factor)]
+        elif c.kind == "pick":
+            out += ["n", *number_tokens(len(c.candidates))]
+            for v in c.candidates:
+                out += number_tokens(v)
+        elif c.kind == "at":
+            out += ["locations", *_maybe(c.n_locations)]
+    return out
+
+
+def prompt_tokens(space: Space, sketch: Sketch) -> list[str]:
+    """The whole prompt for one sketch (cached on the space)."""
+    cache = space.__dict__.setdefault("_prompts", {})
+    toks = cache.get(sketch.sketch_id)
+    if toks is None:
+        toks = [BOS, *hardware_tokens(space.hardware), *task_tokens(space.task),
+                *sketch_tokens(space, sketch), DECIDE]
+        cache[sketch.sketch_id] = toks
+    return list(toks)
+
+
+def _maybe(value: int | None) -> list[str]:
+    return number_tokens(value) if value is not None else ["var"]
+
+
+def _name_words(name: str) -> list[str]:
+    words = [w for w in str(name).replace(".", "_").split("_") if w]
+    return words or ["main"]
+
+
+def _blocks(mod: Any) -> list[tuple[str, list[tuple[int, int | None]], str]]:
+    """(name, [(iter type, extent)], dtype) of every block but the root, in program order."""
+    func = mod["main"] if hasattr(mod, "functions") or hasattr(mod, "__getitem__") else mod
+    out: list = []
+
+    def walk(s: Any) -> None:
+        if type(s).__name__ == "SBlock" and s.name_hint != "root":
+            iters = []
+            for iv in s.iter_vars:
+                ext = iv.dom.extent
+                iters.append((int(iv.iter_type), int(ext.value) if hasattr(ext, "value") else None))
+            dtype = str(s.writes[0].source.dtype) if len(s.writes) else "void"
+            out.append((s.name_hint, iters, dtype))
+        for attr in ("block", "body", "then_case", "else_case"):
+            child = getattr(s, attr, None)
+            if child is not None and not isinstance(child, (int, str)):
+                walk(child)
+        for child in getattr(s, "seq", None) or []:
+            walk(child)
+
+    walk(func.body)
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# encode
+# ------------------------------------------------------------------------------------------
+def encode(task: Task, hardware: Hardware, trace: Any) -> Sentence:
+    """The sentence of ``trace`` (a Trace, trace JSON text, or ``[insts, decisions]``).
+
+    Raises :class:`LanguageError` when the trace is not in the task's design space (another
+    workload's trace, an unknown instruction), naming the first instruction that differs.
+    """
+    from collectors.design_space import skeleton
+
+    space = build_space(task, hardware)
+    as_json = _trace_json(trace)
+    insts = as_json[0]
+    for i, inst in enumerate(insts):
+        if inst[0] == "EnterPostproc":
+            break
+        if inst[0] not in INSTRUCTION_KINDS:
+            raise LanguageError(i, f"unknown instruction kind {inst[0]!r}")
+    key = skeleton(as_json)
+    sketch, positions = None, None
+    for sk in space.sketches:
+        if sk.skeleton == key:
+            sketch, positions = sk, [c.inst_index for c in sk.choices]
+            break
+        if sk.simple_skeleton == key and sk.simple_choice_index:
+            sketch, positions = sk, list(sk.simple_choice_index)
+            break
+    if sketch is None:
+        pos, why = _first_difference(key, space.sketches)
+        raise LanguageError(pos, f"trace is not in the design space of task {task.task_name!r} "
+                                 f"({task.workload_key}) on {hardware.key}: {why}")
+    decisions = {int(i): v for i, v in as_json[1]}
+    tokens = prompt_tokens(space, sketch)
+    prompt_len = len(tokens)
+    for choice, pos in zip(sketch.choices, positions):
+        tokens.append(GROUP_WORD[choice.kind])
+        try:
+            tokens += _value_tokens(choice, pos, decisions, insts)
+        except (KeyError, ValueError, IndexError, TypeError) as exc:
+            raise LanguageError(pos, f"{choice.kind} choice: {exc}") from None
+    tokens.append(EOS)
+    return Sentence(tuple(tokens), prompt_len, sketch.sketch_id)
+
+
+def _value_tokens(choice: Choice, pos: int, decisions: dict, insts: list) -> list[str]:
+    if choice.kind == "parallel":
+        return number_tokens(int(insts[pos][1][1]))
+    if pos not in decisions:
+        raise KeyError(f"sampling instruction {pos} has no decision")
+    value = decisions[pos]
+    if choice.kind in ("tile", "ptile"):
+        if len(value) != choice.n:
+            raise ValueError(f"{len(value)} factors, the sketch samples {choice.n}")
+        return [t for f in value for t in number_tokens(int(f))]
+    if choice.kind == "pick":
+        return number_tokens(choice.candidates[int(value)])
+    v = int(value)
+    return [LOCATION_WORDS[v]] if v in LOCATION_WORDS else number_tokens(v)
+
+
+def _trace_json(trace: Any) -> list:
+    if isinstance(trace, str):
+        return json.loads(trace)
+    if isinstance(trace, (list, tuple)):
+        return list(trace)
+    from collectors.design_space import trace_json
+
+    return trace_json(trace)
+
+
+def _first_difference(key: tuple, sketches: Sequence[Sketch]) -> tuple[int, str]:
+    best_pos, best_why = 0, "the design space is empty"
+    for sk in sketches:
+        for ref in (sk.skeleton, sk.simple_skeleton):
+            n = next((i for i, (a, b) in enumerate(zip(key, ref)) if a != b), min(len(key), len(ref)))
+            if n >= best_pos:
+                got = json.loads(key[n])[0] if n < len(key) else "end of trace"
+                want = json.loads(ref[n])[0] if n < len(ref) else "end of trace"
+                best_pos = n
+                best_why = (f"instruction {n} is {got} where the closest sketch "
+                            f"({sk.sketch_id}) has {want}") if got != want else (
+                            f"instruction {n} ({got}) has other inputs or attributes than in sketch {sk.sketch_id}")
+    return best_pos, best_why
+
+
+# ------------------------------------------------------------------------------------------
+# constrained decisions
+# ------------------------------------------------------------------------------------------
+_DIVISORS: dict[int, tuple[int, ...]] = {}
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    """All divisors of ``n`` in increasing order (cached)."""
+    d = _DIVISORS.get(n)
+    if d is None:
+        small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
+        d = tuple(sorted(set(small + [n // i for i in small])))
+        if len(_DIVISORS) < 100_000:
+            _DIVISORS[n] = d
+    return d
+
+
+def tile_factor_values(choice: Choice, extent: int, chosen: Sequence[int]) -> list[int]:
+    """Legal values of the next tile factor after ``chosen`` (product must equal ``extent``).
+
+    Perfect tile: every factor divides what is left; the last factor is what is left; the one
+    before it must leave at most ``max_innermost``. Partitioned tile: the factors before
+    ``partition_pos`` must leave a multiple of ``innerpart_factor``.
+    """
+    rest = extent // math.prod(chosen) if chosen else extent
+    i, n = len(chosen), choice.n
+    if i == n - 1:
+        ok = [rest]
+        if choice.kind == "tile" and choice.max_innermost > 0 and rest > choice.max_innermost:
+            ok = []
+        return ok
+    divs = divisors(rest)
+    if choice.kind == "tile":
+        if i == n - 2 and choice.max_innermost > 0:
+            return [d for d in divs if rest // d <= choice.max_innermost]
+        return list(divs)
+    if i < choice.partition_pos and choice.innerpart_factor > 1:
+        return [d for d in divs if (rest // d) % choice.innerpart_factor == 0]
+    return list(divs)
+
+
+class DecisionState:
+    """The decision part of one sentence being read or written, token by token.
+
+    Holds a :class:`tlm.replay.LiveReplay` of the sketch, so every legal set is computed from
+    the live schedule. ``legal()`` is the set of words that keep the sentence a valid
+    program; ``feed(word)`` advances (raising :class:`LanguageError` on an illegal word).
+    """
+
+    def __init__(self, space: Space, sketch: Sketch, prompt_len: int) -> None:
+        from tlm.replay import LiveReplay
+
+        self.space, self.sketch = space, sketch
+        self.position = prompt_len  # token position of the next word
+        key = (space.task.workload_key, space.hardware.key)
+        self.replay = LiveReplay(sketch, space.task.mod, cache_key=key)
+        self.values: list[tuple[Choice, Any]] = []  # (choice, decision value) so far
+        self.ended = False  # [EOS] seen
+        self._in_group = False
+        self._typed: list[str] = []  # words of the number being written
+        self._factors: list[int] = []  # tile factors of the group being written
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def complete(self) -> bool:
+        return self.ended
+
+    def legal(self) -> set[str]:
+        """Words that may come next (empty once ``[EOS]`` has been read)."""
+        if self.ended:
+            return set()
+        cur = self.replay.current()
+        if cur is None:
+            return {EOS}
+        choice, domain = cur
+        if not self._in_group:
+            return {GROUP_WORD[choice.kind]}
+        values, words = self._values(choice, domain)
+        nxt, _ = next_number_tokens(values, self._typed)
+        if not self._typed:
+            nxt |= words
+        return nxt
+
+    def _allowed(self, word: str) -> bool:
+        """``word in self.legal()``, without listing every compute location when reading."""
+        cur = self.replay.current() if not self.ended else None
+        if cur is not None and self._in_group and cur[0].kind == "at":
+            words = {w: v for v, w in LOCATION_WORDS.items()}
+            if not self._typed and word in words:
+                return cur[1].allows_location(words[word])
+            if not self._typed and word.isdigit() and int(word) <= 1024:  # loop indices are small
+                return cur[1].allows_location(int(word))
+            return word in self.legal()
+        return word in self.legal()
+
+    def _values(self, choice: Choice, domain: Any) -> tuple[list[int], set[str]]:
+        """(legal numeric values, legal non-numeric words) of the value being written."""
+        if choice.kind in ("tile", "ptile"):
+            return tile_factor_values(choice, domain.extent, self._factors), set()
+        if choice.kind == "pick":
+            return sorted(set(choice.candidates)), set()
+        if choice.kind == "parallel":
+            return list(range(1, choice.max_parallel + 1)), set()
+        locs = domain.locations
+        return [v for v in locs if v >= 0], {LOCATION_WORDS[v] for v in locs if v < 0}
+
+    # -- advancing -------------------------------------------------------------------------
+    def feed(self, word: str) -> None:
+        """Read one word; raises :class:`LanguageError` naming the position when illegal."""
+        if not self._allowed(word):
+            raise LanguageError(self.position, self._why(word, self.legal()))
+        self.position += 1
+        if word == EOS:
+            self.ended = True
+            return
+        choice, domain = self.replay.current()
+        if not self._in_group:
+            self._in_group = True
+            return
+        if choice.kind == "at" and not self._typed and word in LOCATION_WORDS.values():
+            value = {w: v for v, w in LOCATION_WORDS.items()}[word]
+        else:
+            self._typed.append(word)
+            values, _ = self._values(choice, domain)
+            _, value = next_number_tokens(values, self._typed)
+            if value is None:
+                return
+        self._typed = []
+        if choice.kind in ("tile", "ptile"):
+            self._factors.append(value)
+            if len(self._factors) < choice.n:
+                return
+            value, self._factors = list(self._factors), []
+        self._in_group = False
+        self.values.append((choice, value))
+        tvm_value = choice.candidates.index(value) if choice.kind == "pick" else value
+        self.replay.decide(tvm_value)
+
+    def _why(self, word: str, legal: set[str]) -> str:
+        cur = self.replay.current()
+        shown = " ".join(sorted(legal, key=_word_order)[:12]) + (" ..." if len(legal) > 12 else "")
+        if cur is None:
+            where = "after the last decision"
+        else:
+            c, d = cur
+            where = f"in the {c.kind} choice of instruction {c.inst_index}"
+            if c.kind in ("tile", "ptile"):
+                where += f" (loop extent {d.extent}, factors so far {self._factors or '[]'})"
+            elif c.kind == "at":
+                where += f" (legal locations {list(d.locations)})"
+        return f"illegal word {word!r} {where}; legal: {shown or 'nothing'}"
+
+    def close(self) -> None:
+        self.replay.close()
+
+    def trace(self) -> Any:
+        """The sketch's trace with the decisions read so far (requires a complete sentence)."""
+        if not self.ended:
+            raise LanguageError(self.position, "the sentence is not complete")
+        return build_trace(self.sketch, self.values)
+
+
+def build_trace(sketch: Sketch, values: Sequence[tuple[Choice, Any]]) -> Any:
+    """The sketch's instructions with parallel values replaced and every decision set."""
+    import tvm
+    from tvm.s_tir.schedule import Instruction, Trace
+
+    by_index = {c.inst_index: v for c, v in values}
+    insts, decisions = [], {}
+    for i, inst in enumerate(sketch.trace.insts):
+        if inst.kind.name == "EnterPostproc":
+            break
+        c = next((c for c in sketch.choices if c.inst_index == i), None)
+        if c is not None and c.kind == "parallel":
+            old = inst.inputs[1]
+            new_val = tvm.tirx.IntImm(getattr(old, "dtype", "int32"), int(by_index[i]))
+            inst = Instruction(inst.kind, [inst.inputs[0], new_val], inst.attrs, inst.outputs)
+        insts.append(inst)
+        if c is not None and c.kind != "parallel":
+            v = by_index[i]
+            if c.kind == "pick":
+                v = c.candidates.index(v)
+            decisions[inst] = [int(x) for x in v] if isinstance(v, list) else int(v)
+    return Trace(insts, decisions)
+
+
+def requested_decisions(sketch: Sketch, values: Sequence[tuple[Choice, Any]]) -> dict[int, Any]:
+    """Instruction index -> TVM decision for the values of a sentence (for repair checks)."""
+    out = {}
+    for c, v in values:
+        if c.kind == "parallel":
+            continue
+        out[c.inst_index] = c.candidates.index(v) if c.kind == "pick" else v
+    return out
+
+
+def _word_order(w: str) -> tuple:
+    return (0, int(w)) if w.isdigit() else (1, w)
+
+
+# ------------------------------------------------------------------------------------------
+# decode and legal words
+# ------------------------------------------------------------------------------------------
+def split_words(sentence: Sentence | str | Sequence[str]) -> list[str]:
+    if isinstance(sentence, Sentence):
+        return list(sentence.tokens)
+    if isinstance(sentence, str):
+        return sentence.split()
+    return list(sentence)
+
+
+def match_prompt(space: Space, words: Sequence[str]) -> tuple[Sketch, int]:
+    """The sketch whose prompt starts ``words``; raises naming the first word that differs."""
+    best = (-1, None)
+    for sk in space.sketches:
+        p = prompt_tokens(space, sk)
+        if len(words) >= len(p) and list(words[: len(p)]) == p:
+            return sk, len(p)
+        n = next((i for i, (a, b) in enumerate(zip(words, p)) if a != b), min(len(words), len(p)))
+        if n > best[0]:
+            best = (n, p)
+    n, p = best
+    if p is None:
+        raise LanguageError(0, "the task has no sketches")
+    got = words[n] if n < len(words) else "the end of the sentence"
+    want = p[n] if n < len(p) else "the end"
+    raise LanguageError(n, f"prompt does not match any sketch of this task/hardware: found {got!r}, "
+                           f"the closest prompt (sketch {_sketch_of(space, p)}) has {want!r}")
+
+
+def _sketch_of(space: Space, prompt: list[str]) -> int:
+    for sk in space.sketches:
+        if prompt_tokens(space, sk) == prompt:
+            return sk.sketch_id
+    return -1
+
+
+def read_decisions(sentence: Sentence | str | Sequence[str], task: Task, hardware: Hardware) -> DecisionState:
+    """Read a complete sentence with the live replay; returns its finished DecisionState."""
+    words = split_words(sentence)
+    space = build_space(task, hardware)
+    sketch, plen = match_prompt(space, words)
+    state = DecisionState(space, sketch, plen)
+    try:
+        for w in words[plen:]:
+            if state.ended:
+                raise LanguageError(state.position, f"word {w!r} after [EOS]")
+            state.feed(w)
+        if not state.ended:
+            legal = " ".join(sorted(state.legal(), key=_word_order)[:12])
+            raise LanguageError(state.position, f"the sentence ends before its decisions are complete; "
+                                                f"expected one of: {legal}")
+    finally:
+        state.close()
+    return state
+
+
+def decode(sentence: Sentence | str | Sequence[str], task: Task, hardware: Hardware) -> Any:
+    """The trace a sentence stands for (the sketch's instructions with its decisions).
+
+    Every decision is checked against the live schedule while replaying, so an illegal one
+    raises :class:`LanguageError` naming its word position and the legal words there.
+    """
+    return read_decisions(sentence, task, hardware).trace()
+
+
+class _StateCache:
+    """Live DecisionStates keyed by the words read so far, so walking a sentence one word
+    at a time advances one state instead of replaying from the start (LRU, bounded)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._states: OrderedDict[tuple, DecisionState] = OrderedDict()
+
+    def get(self, space: Space, words: Sequence[str]) -> DecisionState:
+        key = (space.task.workload_key, space.hardware.key, tuple(words))
+        st = self._states.get(key)
+        if st is not None:
+            self._states.move_to_end(key)
+            return st
+        prev_key = key[:2] + (tuple(words[:-1]),)
+        st = self._states.pop(prev_key, None)
+        if st is not None:
+            st.feed(words[-1])
+        else:
+            sketch, plen = match_prompt(space, words)
+            st = DecisionState(space, sketch, plen)
+            for w in words[plen:]:
+                st.feed(w)
+        self._states[key] = st
+        while len(self._states) > self.size:
+            _, old = self._states.popitem(last=False)
+            old.close()
+        return st
+
+
+_STATES = _StateCache()
+
+
+def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardware: Hardware) -> set[str]:
+    """Exactly the words that may follow ``partial`` and keep it a valid program.
+
+    Inside the prompt: the next word of any sketch's prompt that ``partial`` starts (so the
+    sketch itself may be chosen); after ``decide``: the live domain of the current choice;
+    after the last decision: ``[EOS]``; after ``[EOS]``: nothing.
+    """
+    words = split_words(partial)
+    space = build_space(task, hardware)
+    nxt: set[str] = set()
+    for sk in space.sketches:
+        p = prompt_tokens(space, sk)
+        if len(words) < len(p) and list(words) == p[: len(words)]:
+            nxt.add(p[len(words)])
+    if nxt:
+        return nxt
+    return set(_STATES.get(space, words).legal())

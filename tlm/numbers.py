@@ -1,0 +1,88 @@
+"""How the tensor language writes integers: whole words when small, spelled digits when large.
+
+Choice and why:
+
+* ``0`` .. ``1024`` are single words (``"64"``). Tile factors, unroll depths, parallel
+  extents and most loop extents are in this range, and one word per value keeps sentences
+  short and lets the model learn each common factor as a unit. All 1025 words are in the
+  vocabulary *by construction* (the language defines them, a corpus does not), so a factor
+  such as ``17`` or ``1009`` that no record ever held is still a word the model can emit.
+* Larger values are the word ``num<k>`` (``k`` = number of decimal digits) followed by ``k``
+  digit words: ``50257`` is ``num5 5 0 2 5 7``. Any non-negative integer is expressible, so
+  generation is never limited to values seen in training, and the digit count up front means
+  no terminator is needed and no number's spelling is a prefix of another's (which keeps
+  constrained decoding a simple prefix walk, see :func:`next_number_tokens`).
+
+Negative numbers are not part of the language: compute locations use the words ``root`` and
+``inline`` for MetaSchedule's ``-1`` and ``-2``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+#: Largest integer written as one word.
+MAX_WORD = 1024
+#: Largest digit count of a spelled number (values below 10**MAX_DIGITS are expressible).
+MAX_DIGITS = 18
+
+_WORDS = {str(i): i for i in range(MAX_WORD + 1)}
+DIGITS = tuple(str(i) for i in range(10))
+LENGTH_WORDS = tuple(f"num{k}" for k in range(len(str(MAX_WORD + 1)), MAX_DIGITS + 1))
+
+
+def number_vocabulary() -> list[str]:
+    """Every word the number syntax can produce (whole words, then the digit-count words)."""
+    return [str(i) for i in range(MAX_WORD + 1)] + list(LENGTH_WORDS)
+
+
+def number_tokens(value: int) -> list[str]:
+    """The words that write ``value`` (raises ``ValueError`` for a negative or huge value)."""
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"negative number {value} is not expressible in the tensor language")
+    if value <= MAX_WORD:
+        return [str(value)]
+    digits = str(value)
+    if len(digits) > MAX_DIGITS:
+        raise ValueError(f"number {value} has more than {MAX_DIGITS} digits")
+    return [f"num{len(digits)}", *digits]
+
+
+def read_number(tokens: Sequence[str], start: int) -> tuple[int, int]:
+    """Parse one number at ``tokens[start]``; returns ``(value, next_position)``.
+
+    Raises ``ValueError`` naming what was found when the words there do not spell a number.
+    """
+    if start >= len(tokens):
+        raise ValueError("expected a number, found the end of the sentence")
+    word = tokens[start]
+    if word in _WORDS:
+        return _WORDS[word], start + 1
+    if word.startswith("num") and word[3:].isdigit():
+        k = int(word[3:])
+        digits = tokens[start + 1 : start + 1 + k]
+        if len(digits) < k or not all(d in DIGITS for d in digits):
+            raise ValueError(f"{word!r} must be followed by {k} digit words, found {list(digits)}")
+        if digits[0] == "0" or int("".join(digits)) <= MAX_WORD:
+            raise ValueError(f"{word} {' '.join(digits)} is not the canonical spelling of a number")
+        return int("".join(digits)), start + 1 + k
+    raise ValueError(f"expected a number, found {word!r}")
+
+
+def next_number_tokens(values: Iterable[int], typed: Sequence[str]) -> tuple[set[str], int | None]:
+    """Constrained step inside a number.
+
+    ``values`` are the legal integers, ``typed`` the words of the number written so far.
+    Returns ``(legal next words, completed value or None)``: the value is set when ``typed``
+    already spells one legal value completely (then the legal set is empty, since no
+    spelling is a prefix of another).
+    """
+    n = len(typed)
+    nxt: set[str] = set()
+    for v in values:
+        toks = number_tokens(v)
+        if len(toks) > n and list(toks[:n]) == list(typed):
+            nxt.add(toks[n])
+        elif len(toks) == n and list(toks) == list(typed):
+            return set(), int(v)
+    return nxt, None

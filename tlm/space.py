@@ -1,0 +1,264 @@
+"""The space builder: every sketch of a (task, hardware) and the choices each one leaves open.
+
+MetaSchedule's design space (post-order-apply with the target's default schedule rules, as
+``collectors.design_space`` builds it, nothing pruned) is a list of *sketches*: traces whose
+instructions are fixed and whose sampling instructions carry one random decision each. Tuning
+only changes those decisions, plus the value of the ``meta_schedule.parallel`` annotation
+(MutateParallel rewrites it). A :class:`Choice` is one such open decision:
+
+========  ===========================  ===========================================================
+kind      instruction                  what bounds it (``Choice`` fields / live facts)
+========  ===========================  ===========================================================
+tile      SamplePerfectTile            ``n`` factors, product == loop extent, innermost <= ``max_innermost``
+ptile     SamplePartitionedTile        ``n`` factors, product == extent, ``innerpart_factor`` divides
+                                       the product of factors from ``partition_pos`` on
+pick      SampleCategorical            one of ``candidates``
+at        SampleComputeLocation        root, inline (when legal) or a loop index of the consumer,
+                                       as TVM's ``CollectComputeLocation`` lists them
+parallel  Annotate meta_schedule.      an integer in ``1..max_parallel`` (the sketch's value is
+          parallel                     ``num_cores * max_jobs_per_core``, MutateParallel's limit)
+========  ===========================  ===========================================================
+
+Loop extents and compute-location candidates can depend on earlier decisions, so the space
+keeps them as *facts for the prompt* only when they are the same in every replay it tries
+(the sketch's own decisions plus a few random ones); the exact live domain is computed while
+replaying (``tlm.replay``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from collectors.hardware import Hardware
+from collectors.task import Task
+
+logger = logging.getLogger(__name__)
+
+#: The annotation MutateParallel rewrites (an instruction input, not a decision).
+PARALLEL_KEY = "meta_schedule.parallel"
+#: Sampling instruction kind -> choice kind.
+SAMPLE_KINDS = {
+    "SamplePerfectTile": "tile",
+    "SamplePartitionedTile": "ptile",
+    "SampleCategorical": "pick",
+    "SampleComputeLocation": "at",
+}
+#: Instruction kinds the language knows (an unknown kind in a sketch is a LanguageError).
+INSTRUCTION_KINDS = (
+    "AddUnitLoop", "Annotate", "AnnotateBufferAccess", "Bind", "Blockize", "CacheIndex",
+    "CacheInplace", "CacheRead", "CacheWrite", "ComputeAt", "ComputeInline", "DecomposePadding",
+    "DecomposeReduction", "EnterPostproc", "Fuse", "FuseReductionEpilogue", "GetChildBlocks",
+    "GetConsumers", "GetLoops", "GetOutputBlocks", "GetProducers", "GetSBlock", "LoopPartition",
+    "Merge", "PadEinsum", "Parallel", "RFactor", "ReIndex", "ReadAt", "ReindexCacheRead",
+    "ReindexCacheWrite", "Reorder", "ReorderBlockIterVar", "ReverseComputeAt",
+    "ReverseComputeInline", "RollingBuffer", "SampleCategorical", "SampleComputeLocation",
+    "SamplePartitionedTile", "SamplePerfectTile", "SetScope", "Split", "StorageAlign",
+    "Tensorize", "TransformBlockLayout", "TransformLayout", "Unannotate", "Unroll",
+    "UnsafeHideBufferAccess", "UnsafeSetDType", "Vectorize", "WriteAt",
+)
+#: How many random replays decide whether a fact is static (same in every replay).
+FACT_REPLAYS = 3
+
+
+class SpaceError(ValueError):
+    """A sketch the language cannot describe (unknown instruction kind, non-constant extent)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One open decision of a sketch, with the facts that bound it."""
+
+    inst_index: int  # position of the instruction in the sketch trace
+    kind: str  # "tile" | "ptile" | "pick" | "at" | "parallel"
+    n: int = 0  # tile/ptile: number of factors
+    max_innermost: int = -1  # tile: bound on the innermost factor (-1: none)
+    partition_pos: int = 0  # ptile: factors from this position on form the inner part
+    innerpart_factor: int = 1  # ptile: must divide the inner part's product
+    candidates: tuple[int, ...] = ()  # pick: candidate values, in index order
+    max_parallel: int = 0  # parallel: largest legal parallel extent
+    extent: int | None = None  # tile/ptile: loop extent when static, else None
+    n_locations: int | None = None  # at: number of legal locations when static, else None
+
+
+@dataclass
+class Sketch:
+    """One sketch of the design space: its trace, its choices and its instruction kinds."""
+
+    sketch_id: int  # index in the design space (the ``sketch_id`` column of a record)
+    trace: Any  # tvm.s_tir.schedule.Trace of the sketch (with its own sampled decisions)
+    kinds: tuple[str, ...]  # instruction kinds in trace order (before EnterPostproc)
+    choices: tuple[Choice, ...]  # open decisions in trace order
+    ann_keys: dict[int, str] = field(default_factory=dict)  # Annotate position -> key
+    skeleton: tuple[str, ...] = ()  # collectors.design_space.skeleton of the full trace
+    simple_skeleton: tuple[str, ...] = ()  # ... of the dead-code-free trace
+    simple_choice_index: tuple[int, ...] = ()  # choice positions in the simplified trace
+
+    @property
+    def insts(self) -> list:
+        return list(self.trace.insts)
+
+
+@dataclass
+class Space:
+    """The design space of one task on one hardware."""
+
+    task: Task
+    hardware: Hardware
+    target: Any  # tvm.target.Target
+    sketches: list[Sketch]
+
+
+def build_space(task: Task, hardware: Hardware) -> Space:
+    """Every sketch of ``task`` on ``hardware`` with its choices (cached per workload+hardware)."""
+    key = (task.workload_key, hardware.key, json.dumps(hardware.target, sort_keys=True))
+    space = _CACHE.get(key)
+    if space is None:
+        space = _build(task, hardware)
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = space
+    return space
+
+
+_CACHE: dict[tuple, Space] = {}
+#: Spaces kept in memory (one per workload and hardware; a space holds a few traces).
+_CACHE_SIZE = 512
+
+
+def _build(task: Task, hardware: Hardware) -> Space:
+    from collectors.design_space import as_target, design_space, skeleton
+
+    target = as_target(hardware)
+    if hardware.kind == "cuda":
+        _ensure_cuda_intrinsics()
+    schedules = design_space(task.mod, target)
+    sketches = [_describe(i, sch.trace, task.mod, skeleton) for i, sch in enumerate(schedules)]
+    logger.debug("space of %s on %s: %d sketches", task.task_name, hardware.key, len(sketches))
+    return Space(task=task, hardware=hardware, target=target, sketches=sketches)
+
+
+def _ensure_cuda_intrinsics() -> None:
+    """CUDA sketch rules need the CUDA tensor intrinsics; the x86-only stand-in of
+    ``collectors.fast_import`` (installed by CPU code in the same process) lacks them."""
+    import importlib
+
+    from collectors.fast_import import is_installed
+
+    if is_installed():
+        importlib.import_module("tvm.s_tir.tensor_intrin.cuda")
+
+
+def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn) -> Sketch:
+    from collectors.design_space import plain_json
+
+    kinds: list[str] = []
+    choices: list[Choice] = []
+    ann_keys: dict[int, str] = {}
+    for i, inst in enumerate(trace.insts):
+        kind = inst.kind.name
+        if kind == "EnterPostproc":
+            break
+        if kind not in INSTRUCTION_KINDS:
+            raise SpaceError(f"sketch {sketch_id}: instruction {i} has unknown kind {kind!r}")
+        kinds.append(kind)
+        attrs = plain_json(list(inst.attrs))
+        if kind == "SamplePerfectTile":
+            choices.append(Choice(i, "tile", n=int(attrs[0]), max_innermost=int(attrs[1])))
+        elif kind == "SamplePartitionedTile":
+            choices.append(Choice(i, "ptile", n=int(attrs[0]), partition_pos=int(attrs[1]),
+                                  innerpart_factor=int(attrs[2])))
+        elif kind == "SampleCategorical":
+            choices.append(Choice(i, "pick", candidates=tuple(int(c) for c in attrs[0])))
+        elif kind == "SampleComputeLocation":
+            choices.append(Choice(i, "at"))
+        elif kind == "Annotate":
+            ann_keys[i] = str(attrs[0])
+            if attrs[0] == PARALLEL_KEY:
+                value = plain_json(inst.inputs[1])
+                choices.append(Choice(i, "parallel", max_parallel=int(value)))
+    choices = _with_static_facts(trace, mod, choices)
+    simple = trace.simplified(remove_postproc=True)
+    simple_index = _choice_positions(simple)
+    full_index = _choice_positions(trace)
+    if len(simple_index) != len(full_index):
+        simple_index = ()  # a dead choice: simplified traces of this sketch are not expressible
+    return Sketch(
+        sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), choices=tuple(choices),
+        ann_keys=ann_keys, skeleton=skeleton_fn(trace), simple_skeleton=skeleton_fn(simple),
+        simple_choice_index=tuple(simple_index),
+    )
+
+
+def _choice_positions(trace: Any) -> list[int]:
+    """Positions of the instructions that hold choices (sampling + parallel annotations)."""
+    from collectors.design_space import plain_json
+
+    out = []
+    for i, inst in enumerate(trace.insts):
+        kind = inst.kind.name
+        if kind == "EnterPostproc":
+            break
+        if kind in SAMPLE_KINDS:
+            out.append(i)
+        elif kind == "Annotate" and str(plain_json(inst.attrs[0])) == PARALLEL_KEY:
+            out.append(i)
+    return out
+
+
+def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> list[Choice]:
+    """Fill ``extent`` / ``n_locations`` where every replay agrees (else leave None)."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from tlm.replay import compute_locations
+
+    by_index = {c.inst_index: c for c in choices}
+    seen: dict[int, set] = {c.inst_index: set() for c in choices}
+    runs = [trace] + [Trace(trace.insts, {}) for _ in range(FACT_REPLAYS)]
+    for seed, tr in enumerate(runs):
+        sch = Schedule(mod, seed=seed + 1)
+        counter = [0]
+
+        def provider(inst, inputs, attrs, decision, sch=sch, counter=counter):
+            i = counter[0]
+            counter[0] += 1
+            c = by_index.get(i)
+            if c is not None and c.kind in ("tile", "ptile"):
+                ext = sch.get(inputs[0]).extent
+                seen[i].add(int(ext.value) if hasattr(ext, "value") else None)
+            elif c is not None and c.kind == "at":
+                seen[i].add(len(compute_locations(sch, inputs[0])))
+            return decision
+
+        tr.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+    out = []
+    for c in choices:
+        vals = seen[c.inst_index]
+        static = next(iter(vals)) if len(vals) == 1 else None
+        if c.kind in ("tile", "ptile"):
+            if None in vals:
+                raise SpaceError(f"instruction {c.inst_index}: loop extent is not a constant")
+            out.append(_replace(c, extent=static))
+        elif c.kind == "at":
+            out.append(_replace(c, n_locations=static))
+        else:
+            out.append(c)
+    return out
+
+
+def _replace(c: Choice, **kw) -> Choice:
+    from dataclasses import replace
+
+    return replace(c, **kw)
+
+
+def trace_insts_json(trace: Any) -> list:
+    """Plain-JSON instructions of a Trace, trace JSON string or ``[insts, decisions]`` list."""
+    from collectors.design_space import plain_json
+
+    if isinstance(trace, str):
+        trace = json.loads(trace)
+    if isinstance(trace, (list, tuple)):
+        return list(trace[0])
+    return plain_json(trace.as_json())[0]
