@@ -1,0 +1,105 @@
+"""Constrained domains: every walk through the legal words is a valid, correct program."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tlm.constrained import InvalidProgram, apply_sentence
+from tlm.language import EOS, LanguageError, encode, legal_next_tokens, prompt_tokens
+from tlm.space import build_space
+
+from tests.tlm.conftest import sample_traces
+
+_REFS: dict = {}
+
+
+def reference(task):
+    from collectors.correctness import make_reference
+
+    if task.workload_key not in _REFS:
+        _REFS[task.workload_key] = make_reference(task.mod, seed=0)
+    return _REFS[task.workload_key]
+
+
+def random_walk(data, task, hw, sketch_id):
+    space = build_space(task, hw)
+    words = prompt_tokens(space, space.sketches[sketch_id])
+    while words[-1] != EOS:
+        legal = legal_next_tokens(words, task, hw)
+        assert legal, f"dead end after {words[-6:]}"
+        words.append(data.draw(st.sampled_from(sorted(legal))))
+        assert len(words) < 2000
+    return words
+
+
+@pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d"])
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_legal_walks_build_and_compute_the_right_answer(tasks, cpu_hw, name, data):
+    from collectors.correctness import check_schedule
+
+    task = tasks[name]
+    n = len(build_space(task, cpu_hw).sketches)
+    sketch_id = data.draw(st.integers(0, n - 1))
+    words = random_walk(data, task, cpu_hw, sketch_id)
+    program = apply_sentence(words, task, cpu_hw)  # raises if TVM repaired anything
+    assert check_schedule(program.schedule, reference(task), cpu_hw.target) is None
+
+
+def test_legal_words_are_exactly_the_divisors(tasks, cpu_hw):
+    task = tasks["matmul"]
+    space = build_space(task, cpu_hw)
+    words = prompt_tokens(space, space.sketches[0])
+    assert legal_next_tokens(words, task, cpu_hw) == {"tile"}
+    words.append("tile")
+    assert legal_next_tokens(words, task, cpu_hw) == {str(d) for d in (1, 2, 4, 8, 16, 32, 64)}
+    words += ["2", "4"]  # 64 / 8 = 8 left for the last two factors; innermost <= 64
+    assert legal_next_tokens(words, task, cpu_hw) == {"1", "2", "4", "8"}
+    words.append("2")
+    assert legal_next_tokens(words, task, cpu_hw) == {"4"}  # the last factor is forced
+    words.append("4")
+    assert legal_next_tokens(words, task, cpu_hw) == {"tile"}
+
+
+def test_reduction_tile_respects_the_innermost_bound(tasks, cpu_hw):
+    task = tasks["matmul"]
+    space = build_space(task, cpu_hw)
+    words = prompt_tokens(space, space.sketches[0])
+    words += "tile 1 1 1 64 tile 1 1 2 48 tile".split()
+    # k = 128 in 2 factors with the inner one <= 64: the outer one must be >= 2
+    assert legal_next_tokens(words, task, cpu_hw) == {"2", "4", "8", "16", "32", "64", "128"}
+
+
+def test_compute_locations_come_from_the_live_schedule(tasks, cpu_hw):
+    task = tasks["softmax"]
+    space = build_space(task, cpu_hw)
+    sk = next(s for s in space.sketches if s.choices[0].kind == "parallel")
+    words = prompt_tokens(space, sk) + ["parallel", "32", "pick", "0", "at"]
+    legal = legal_next_tokens(words, task, cpu_hw)
+    assert "root" in legal and legal <= {"root", "inline"} | {str(i) for i in range(8)}
+    assert len(legal) >= 2
+
+
+def test_prompt_words_offer_the_sketches(tasks, cpu_hw):
+    task = tasks["softmax"]
+    space = build_space(task, cpu_hw)
+    p = prompt_tokens(space, space.sketches[0])
+    i = p.index("sketch")
+    offered = legal_next_tokens(p[: i + 1], task, cpu_hw)
+    assert offered == {str(k) for k in range(len(space.sketches))}
+
+
+def test_repaired_programs_are_caught(tasks, cpu_hw):
+    """The check must be able to fail: a decision TVM silently repairs is reported."""
+    from tlm.constrained import check_trace
+    from tlm.language import build_trace
+
+    task = tasks["matmul"]
+    sk = build_space(task, cpu_hw).sketches[0]
+    values = [(c, [7, 1, 1, 1] if c.kind == "tile" and c.extent == 64 else
+               ([c.extent] + [1] * (c.n - 2) + [1] if c.kind == "tile" else
+                (c.max_parallel if c.kind == "parallel" else c.candidates[0])))
+              for c in sk.choices]
+    want = {c.inst_index: v for c, v in values if c.kind == "tile"}
+    with pytest.raises(InvalidProgram, match="requested decision \\[7, 1, 1, 1\\]"):
+        check_trace(build_trace(sk, values), want, task, cpu_hw)
