@@ -1,0 +1,102 @@
+"""The local collection loop: records stream into the corpus; interrupting and re-running resumes."""
+from __future__ import annotations
+
+import pytest
+
+from collectors.collect import collect, summary_table
+from collectors.task import Task
+from collectors.tuner import TuneConfig, tune_task
+
+
+def _tasks():
+    from storage import workload_key
+
+    from collectors.workloads import matmul
+
+    mods = {"mm32": matmul(32, 32, 32), "mm48": matmul(48, 32, 16)}
+    return [Task(workload_key(m), name, m, model="toy") for name, m in mods.items()]
+
+
+def test_interrupt_then_resume_does_not_remeasure_finished_tasks(cpu_hw, tmp_path):
+    from storage import Corpus
+
+    corpus = Corpus.open(tmp_path / "corpus")
+    tasks = _tasks()
+    config = TuneConfig(trials=2, strategy="replay-trace", seed=0)
+    calls: list[str] = []
+
+    def counting_tune(task, *a, **kw):
+        calls.append(task.task_name)
+        return tune_task(task, *a, **kw)
+
+    def stop_after_first(outcome):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        collect(corpus, cpu_hw, config, tasks=tasks, show_progress=False, tune=counting_tune,
+                on_task_done=stop_after_first)
+    assert calls == ["mm32"]
+    first_rows = corpus.scan().num_rows
+    assert first_rows == 2  # kept after the interrupt
+    assert corpus.task_status(tasks[0].workload_key, cpu_hw.key, "replay-trace", 2) == "done"
+    assert corpus.task_status(tasks[1].workload_key, cpu_hw.key, "replay-trace", 2) is None
+    assert corpus.runs()[-1]["status"] == "interrupted"
+
+    result = collect(corpus, cpu_hw, config, tasks=tasks, show_progress=False, tune=counting_tune)
+    assert calls == ["mm32", "mm48"]  # the finished task was not tuned again
+    assert [o.status for o in result.outcomes] == ["skipped", "tuned"]
+    table = corpus.scan()
+    assert table.num_rows == 4
+    assert set(table["workload_key"].to_pylist()) == {t.workload_key for t in tasks}
+    assert corpus.runs()[-1]["status"] == "done"
+    assert summary_table(result).row_count == 2
+
+    again = collect(corpus, cpu_hw, config, tasks=tasks, show_progress=False, tune=counting_tune)
+    assert again.tuned == 0 and again.skipped == 2 and len(calls) == 2
+    # A different budget is a different unit of work.
+    assert corpus.task_status(tasks[0].workload_key, cpu_hw.key, "replay-trace", 4) is None
+
+
+def test_interrupt_inside_tuning_keeps_streamed_records(cpu_hw, tmp_path):
+    """Ctrl-C while a task is being tuned: batches already appended stay; the unit is not done."""
+    from storage import Corpus
+
+    corpus = Corpus.open(tmp_path / "corpus")
+    task = _tasks()[0]
+    config = TuneConfig(trials=4, trials_per_iter=2, strategy="replay-trace", seed=1)
+
+    def tune_then_interrupt(task, hardware, cfg, *, on_records, **kw):
+        def flush_then_stop(records):
+            on_records(records)
+            raise KeyboardInterrupt
+
+        return tune_task(task, hardware, cfg, on_records=flush_then_stop, **kw)
+
+    with pytest.raises(KeyboardInterrupt):
+        collect(corpus, cpu_hw, config, tasks=[task], show_progress=False, tune=tune_then_interrupt)
+    assert corpus.scan().num_rows == 2  # the first batch of 2
+    assert corpus.task_status(task.workload_key, cpu_hw.key, "replay-trace", 4) == "interrupted"
+
+
+def test_collect_rejects_bad_arguments(cpu_hw, tmp_path):
+    from storage import Corpus
+
+    corpus = Corpus.open(tmp_path / "c")
+    with pytest.raises(ValueError, match="exactly one"):
+        collect(corpus, cpu_hw, TuneConfig(trials=1), show_progress=False)
+    with pytest.raises(ValueError, match="0"):
+        collect(corpus, cpu_hw, TuneConfig(trials=1), tasks=_tasks(), max_tasks=0, show_progress=False)
+
+
+def test_cli_collect_small_model_then_resume(tmp_path, capsys):
+    from cluster.cli import main
+    from storage import Corpus
+
+    argv = ["collect", "--model", "bert_base", "--small", "--trials", "2", "--tasks", "1",
+            "--strategy", "replay-trace", "--corpus", str(tmp_path / "corpus")]
+    assert main(argv) == 0
+    rows = Corpus.open(tmp_path / "corpus").scan().num_rows
+    assert rows == 2
+    assert main(argv) == 0  # resumes: nothing left to do
+    assert Corpus.open(tmp_path / "corpus").scan().num_rows == 2
+    assert "skipped" in capsys.readouterr().out
