@@ -605,9 +605,10 @@ class Corpus:
     def reindex(self) -> ReindexReport:
         """Rebuild ``parts`` and ``records`` from the part files alone (no writer may be active).
 
-        Parts are taken in creation order; a record id already seen in an earlier part is a
-        duplicate (possible only after a crash between writing and registering): such a part
-        is rewritten without those rows, or quarantined when nothing of it is new. Unreadable
+        Parts are taken registered-first, then in creation order; a record id already seen in an
+        earlier part is a duplicate (possible only after a crash between writing and registering,
+        followed by a re-run): such a part is rewritten without those rows, or quarantined when
+        nothing of it is new. So the parts already in the index always keep their rows. Unreadable
         parts are quarantined. Leftover temp files are removed.
         """
         from tqdm import tqdm
@@ -616,17 +617,21 @@ class Corpus:
         for tmp in sorted(self.root.glob(TEMP_GLOB)):
             tmp.unlink()
             report.temp_removed.append(tmp.relative_to(self.root).as_posix())
+        try:  # the index may be gone or empty; it only decides which copy of a duplicate wins
+            registered = {p["path"] for p in self._registered_parts()}
+        except sa.exc.SQLAlchemyError:
+            registered = set()
         candidates = []
         for rel in self._disk_parts():
             try:
-                candidates.append((part_created_at(self.root / rel), rel))
+                candidates.append((rel not in registered, part_created_at(self.root / rel), rel))
             except Exception as exc:  # noqa: BLE001
                 report.quarantined.append((rel, f"unreadable footer: {exc}; moved to {self._quarantine(rel)}"))
         candidates.sort()
         seen: set[str] = set()
         parts_rows: list[dict] = []
         rec_rows: list[dict] = []
-        for created_at, rel in tqdm(candidates, desc="reindex", unit="part", disable=len(candidates) < 50):
+        for _, created_at, rel in tqdm(candidates, desc="reindex", unit="part", disable=len(candidates) < 50):
             path = self.root / rel
             try:
                 table = read_part(path)

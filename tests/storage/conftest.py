@@ -6,12 +6,12 @@ index) and ``postgres``. The PostgreSQL variant needs ``TLM_TEST_PG_URL`` (set b
 """
 from __future__ import annotations
 
-import json
 import os
-import random
 import uuid
 
 import pytest
+
+from storage_synth import make_records
 
 PG_ENV = "TLM_TEST_PG_URL"
 HW = "cpu-znver4-2c"
@@ -53,31 +53,6 @@ def corpus(tmp_path, index_url):
     c = Corpus.open(tmp_path / "corpus", index_url=index_url)
     yield c
     c.close()
-
-
-def make_records(n: int, *, workloads: int = 3, hardware: str = HW, seed: int = 0, start: int = 0,
-                 error_every: int = 0) -> list[dict]:
-    """``n`` synthetic records (test data, not measurements): ids ``start..start+n-1`` are distinct."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(start, start + n):
-        trace = json.dumps([[["SamplePerfectTile", [], [4, 64], ["v"]]], [[0, [i, 1, 1, 1]]]])
-        rec = {
-            "workload_key": f"{i % workloads:016x}",
-            "hardware_key": hardware,
-            "trace_json": trace,
-            "decisions_json": json.dumps([[0, [i, 1, 1, 1]]]),
-            "task_name": f"task{i % workloads}",
-            "tuner": "test",
-        }
-        if error_every and i % error_every == 0:
-            rec["error"] = "build error: synthetic"
-        else:
-            secs = [rng.uniform(1e-4, 1e-2) for _ in range(3)]
-            rec["run_secs"] = secs
-            rec["latency_s"] = sorted(secs)[1]
-        out.append(rec)
-    return out
 
 
 @pytest.fixture
