@@ -177,7 +177,12 @@ def _maybe(value: int | None) -> list[str]:
 
 
 def _name_words(name: str) -> list[str]:
-    words = [w for w in str(name).replace(".", "_").split("_") if w]
+    """Words of an op/block name: split on "_" with counter digits dropped (matmul3 -> matmul)."""
+    words = []
+    for w in str(name).replace(".", "_").split("_"):
+        stripped = w.rstrip("0123456789")
+        if stripped or w:
+            words.append(stripped or w)
     return words or ["main"]
 
 
