@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import logging
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -65,6 +67,7 @@ class Outcome:
     best_latency_s: float | None = None  # fastest candidate
     started_at: float = 0.0  # time.time() when the successful attempt began
     finished_at: float = 0.0  # and when it ended
+    append_s: float = 0.0  # time its collector spent appending to the corpus
     error: str = ""  # why it failed (last attempt)
 
 
@@ -107,20 +110,18 @@ class CollectionSummary:
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the flags that say where a collection runs (for ``tlm collect``)."""
-    g = parser.add_argument_group("cluster")
+    """Add the flags that say where a collection runs (for ``tlm collect``).
+
+    Made to sit next to ``cluster.cmd_collect.add_collect_arguments``: in cluster mode that
+    parser's ``--hardware`` is read as the keys to collect for (comma-separated or ``all``;
+    default: every key present), see :func:`hardware_keys_from_args`.
+    """
+    g = parser.add_argument_group("cluster (Ray)")
     g.add_argument(
         "--address",
         default=None,
-        help="Ray cluster to use: 'auto' (the one this node belongs to) or 'ray://HOST:10001'; "
-        "default: start a local Ray with this machine's hardware",
-    )
-    g.add_argument(
-        "--hardware",
-        action="append",
-        default=None,
-        metavar="KEY",
-        help="hardware key to collect for (repeatable); default or 'all': every key present",
+        help="collect on a Ray cluster: 'auto' (the one this node belongs to), 'ray://HOST:10001', "
+        "or 'local' to start a local Ray advertising this machine's hardware",
     )
     g.add_argument("--max-attempts", type=int, default=3, help="tries per task before it is reported failed")
     g.add_argument("--object-store-mb", type=int, default=256, help="object store of a local Ray (MiB)")
@@ -129,18 +130,56 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 def job_config_from_args(args: argparse.Namespace) -> JobConfig:
     """A :class:`JobConfig` from the flags ``add_cluster_arguments`` added."""
+    address = getattr(args, "address", None)
     return JobConfig(
-        address=args.address,
-        object_store_mb=args.object_store_mb,
-        max_attempts=args.max_attempts,
-        progress=not args.no_progress,
+        address=None if address in (None, "", "local") else address,
+        object_store_mb=getattr(args, "object_store_mb", 256),
+        max_attempts=getattr(args, "max_attempts", 3),
+        progress=not getattr(args, "no_progress", False),
     )
 
 
 def hardware_keys_from_args(args: argparse.Namespace) -> list[str] | None:
-    """``--hardware`` values, ``None`` meaning every key present."""
-    keys = [k for v in (args.hardware or []) for k in v.split(",") if k]
+    """``--hardware`` as a list of keys, ``None`` meaning every key present in the cluster."""
+    raw = getattr(args, "hardware", None)
+    values = raw if isinstance(raw, (list, tuple)) else [raw] if raw else []
+    keys = [k.strip() for v in values for k in str(v).split(",") if k.strip()]
     return None if not keys or "all" in keys else keys
+
+
+def collect_from_args(args: argparse.Namespace, *, hardware: Mapping[str, Hardware] | None = None) -> int:
+    """``tlm collect --address ...``: the model's tasks collected on the cluster.
+
+    Reads the options of ``cluster.cmd_collect.add_collect_arguments`` (model, trials,
+    strategy, tasks, corpus, index URL, seed, zoo sizes) and of :func:`add_cluster_arguments`.
+    Returns 0 when every (task, hardware) pair is done, 1 otherwise.
+    """
+    from collectors.hardware import detect_hardware
+    from collectors.tuner import TuneConfig
+
+    config = TuneConfig(
+        trials=args.trials, strategy=args.strategy, seed=args.seed,
+        trials_per_iter=getattr(args, "trials_per_iter", 64), check_correctness=not getattr(args, "no_check", False),
+    )
+    zoo = {k: getattr(args, k) for k in ("batch", "image_size", "seq_len", "small", "seed") if hasattr(args, k)}
+    if str(args.model).endswith(".onnx"):
+        zoo = {}
+    tasks = tasks_for_models([args.model], detect_hardware("cpu"), max_tasks=getattr(args, "tasks", None), **zoo)
+    summary = run_collection(
+        tasks,
+        corpus_root=args.corpus,
+        index_url=getattr(args, "index_url", None),
+        tune_config=config,
+        hardware_keys=hardware_keys_from_args(args),
+        hardware=hardware,
+        config=job_config_from_args(args),
+        params={"model": args.model},
+    )
+    print(json.dumps(summary.as_dict(), indent=2))
+    for o in summary.outcomes:
+        if o.status in ("failed", "unplaceable"):
+            print(f"{o.status}: {o.task_name} on {o.hardware_key}: {o.error}", file=sys.stderr)
+    return 0 if summary.status == "finished" else 1
 
 
 def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
@@ -172,13 +211,19 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
     return True
 
 
-def tasks_for_models(models: Iterable[str]) -> list[Any]:
-    """Tasks of the named zoo models, one per workload key (weights of repeats are summed)."""
+def tasks_for_models(models: Iterable[Any], hardware: Hardware, *, max_tasks: int | None = None, **zoo_kwargs: Any) -> list[Any]:
+    """Tasks of the given models, one per workload key (the weights of repeats are summed).
+
+    Extracted once, on the driver, for ``hardware`` (its CPU): the subgraphs come from the
+    target-independent ``zero`` pipeline, so the same tasks serve every key. ``max_tasks``
+    keeps each model's heaviest N (``extract_tasks`` sorts them by FLOPs x weight).
+    """
     from collectors.tasks import extract_tasks
 
     by_key: dict[str, Any] = {}
-    for name in models:
-        for t in extract_tasks(name):
+    for model in models:
+        found = extract_tasks(model, hardware, **zoo_kwargs)
+        for t in found[:max_tasks] if max_tasks else found:
             if t.workload_key in by_key:
                 by_key[t.workload_key].weight += t.weight
             else:
@@ -206,6 +251,8 @@ def run_collection(
     ``params`` are stored with the run in the index.
     """
     import ray
+
+    from collectors.tasks import register_tasks
     from storage import Corpus
 
     cfg = config or JobConfig()
@@ -234,12 +281,7 @@ def run_collection(
             **dict(params or {}),
         },
     )
-    for t in tasks:
-        corpus.register_workload(
-            t.workload_key, task_name=t.task_name, tvmscript=t.tvmscript, flops=t.flops, op_kind=t.op_kind
-        )
-        if getattr(t, "model", ""):
-            corpus.register_workload_model(t.workload_key, model=t.model, weight=t.weight)
+    register_tasks(corpus, tasks)
 
     outcomes: dict[tuple[str, str], Outcome] = {}
     queues: dict[str, collections.deque] = {k: collections.deque() for k in wanted if k in present}
@@ -438,6 +480,7 @@ class _Dispatcher:
         o.node_id, o.host = r.node_id, r.host
         o.records, o.duplicates, o.errors = r.records, r.duplicates, r.errors
         o.best_latency_s, o.started_at, o.finished_at = r.best_latency_s, r.started_at, r.finished_at
+        o.append_s = r.append_s
         o.error = ""
         self._tick(a.key)
 

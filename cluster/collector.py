@@ -41,6 +41,7 @@ class TaskResult:
     best_latency_s: float | None = None  # fastest successful candidate
     started_at: float = 0.0  # wall-clock start (time.time())
     finished_at: float = 0.0  # wall-clock end
+    append_s: float = 0.0  # time spent writing parts + index rows (the shared, serial part)
     skipped: bool = False  # the index already said "done": nothing was tuned
     parts: list[str] = field(default_factory=list)  # part files written
 
@@ -121,7 +122,9 @@ class Collector:
                 r["run_id"] = self.run_id
                 r.setdefault("node", self.host)
                 r.setdefault("created_at", _dt.datetime.now(_dt.timezone.utc))
+            t = time.perf_counter()
             out = self.corpus.append(batch)
+            res.append_s += time.perf_counter() - t
             res.records += int(out.rows)
             res.duplicates += int(out.duplicates)
             if out.part_path:

@@ -95,3 +95,27 @@ def pytest_runtest_teardown(item, nextitem):
     """Release the cluster (~1.5 GB) once the last test of this directory has run."""
     if nextitem is None or HERE not in Path(str(nextitem.path)).resolve().parents:
         _shutdown()
+
+
+@pytest.fixture
+def index_url():
+    """A fresh PostgreSQL database when ``TLM_TEST_PG_URL`` is set (CI), else None (SQLite)."""
+    base = os.environ.get("TLM_TEST_PG_URL")
+    if not base:
+        yield None
+        return
+    import uuid
+
+    import sqlalchemy as sa
+
+    url = sa.make_url(base)
+    name = f"tlm_cluster_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()

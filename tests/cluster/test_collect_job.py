@@ -135,10 +135,6 @@ def test_restarted_driver_resumes_from_the_index(ray_cluster, tmp_path):
     table = _scan(tmp_path)
     assert table.num_rows == rows + by[tasks[1].workload_key].records
     assert len(set(table["record_id"].to_pylist())) == table.num_rows
-    # A different budget is a different unit of work: not skipped.
-    third = run_collection(tasks[:1], corpus_root=str(tmp_path), tune_config=_tune_config(trials=6),
-                           hardware=ray_cluster.hardware, hardware_keys=[KEY_A], config=_job())
-    assert third.outcomes[0].status == "done"
 
 
 def test_node_death_mid_job_retries_elsewhere_without_duplicates(ray_cluster, tmp_path):
@@ -177,3 +173,36 @@ def test_node_death_mid_job_retries_elsewhere_without_duplicates(ray_cluster, tm
     for o in s.outcomes:  # nothing lost: each task's stored records cover its final attempt
         got = table.filter(pc.equal(table["workload_key"], o.workload_key)).num_rows
         assert got >= max(o.records, 1)
+
+
+def test_tlm_collect_options_drive_a_cluster_job(ray_cluster, tmp_path, index_url, capsys):
+    """The `tlm collect` options plus the cluster flags run a model's task on the cluster.
+
+    Uses the PostgreSQL index when TLM_TEST_PG_URL is set (several collectors, one index).
+    """
+    import argparse
+    import json
+
+    from cluster.cmd_collect import add_collect_arguments
+    from cluster.collect_job import add_cluster_arguments, collect_from_args
+    from cluster.cmd_runs import run_rows
+    from storage import Corpus
+
+    p = argparse.ArgumentParser()
+    add_collect_arguments(p)
+    add_cluster_arguments(p)
+    argv = ["--model", "gpt2", "--small", "--tasks", "1", "--trials", "2", "--trials-per-iter", "2",
+            "--strategy", "replay-trace", "--corpus", str(tmp_path), "--hardware", KEY_B,
+            "--address", ray_cluster.cluster.address, "--no-progress"]
+    if index_url:
+        argv += ["--index-url", index_url]
+    assert collect_from_args(p.parse_args(argv), hardware=ray_cluster.hardware) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["status"], summary["done"], summary["failed"]) == ("finished", 1, 0)
+    corpus = Corpus.open(tmp_path, index_url=index_url)
+    table = corpus.scan()
+    assert table.num_rows == summary["records"] >= 1
+    assert set(table["hardware_key"].to_pylist()) == {KEY_B}
+    (run,) = run_rows(corpus)
+    assert run["status"] == "finished" and run["tasks_done"] == 1
+    assert corpus.workload(table["workload_key"][0].as_py())["task_name"]
