@@ -276,17 +276,9 @@ class Corpus:
         with ix.read(self.engine) as conn:
             return conn.execute(sa.select(ix.parts.c.rows).where(ix.parts.c.path == path)).scalar_one()
 
-    def _existing_ids(self, conn: sa.Connection, ids: list[str]) -> set[str]:
-        found: set[str] = set()
-        col = ix.records.c.record_id
-        for i in range(0, len(ids), ID_CHUNK):
-            chunk = ids[i : i + ID_CHUNK]
-            found.update(conn.execute(sa.select(col).where(col.in_(chunk))).scalars())
-        return found
-
     def _drop_existing(self, table: pa.Table) -> pa.Table:
         with ix.read(self.engine) as conn:
-            have = self._existing_ids(conn, table["record_id"].to_pylist())
+            have = ix.existing_record_ids(conn, table["record_id"].to_pylist(), ID_CHUNK)
         if not have:
             return table
         return table.filter(pc.invert(pc.is_in(table["record_id"], pa.array(sorted(have), pa.string()))))
@@ -311,12 +303,8 @@ class Corpus:
     def _register(self, info: PartInfo, table: pa.Table) -> None:
         """Insert the part row and its records rows in one transaction."""
         n = table.num_rows
-        rows = [
-            {"record_id": r, "workload_key": w, "hardware_key": info.hardware_key, "latency_s": l, "row_idx": i}
-            for i, (r, w, l) in enumerate(
-                zip(table["record_id"].to_pylist(), table["workload_key"].to_pylist(), table["latency_s"].to_pylist())
-            )
-        ]
+        hw = info.hardware_key
+        cols = zip(table["record_id"].to_pylist(), table["workload_key"].to_pylist(), table["latency_s"].to_pylist())
         with ix.write(self.engine) as conn:
             part_id = conn.execute(
                 sa.insert(ix.parts).values(
@@ -328,10 +316,9 @@ class Corpus:
                     created_at=info.created_at,
                 )
             ).inserted_primary_key[0]
-            for r in rows:
-                r["part_id"] = part_id
-            rows.sort(key=lambda r: r["record_id"])  # same lock order in every writer (PostgreSQL deadlocks)
-            conn.execute(sa.insert(ix.records), rows)
+            rows = [(r, w, hw, lat, part_id, i) for i, (r, w, lat) in enumerate(cols)]
+            rows.sort()  # same key order in every writer: fewer lock waits and no deadlock cycles
+            ix.insert_records(conn, rows)
 
     # ------------------------------------------------------------------ reading
     def _registered_parts(self, hardware_key: str | None = None) -> list[dict]:
@@ -630,7 +617,7 @@ class Corpus:
         candidates.sort()
         seen: set[str] = set()
         parts_rows: list[dict] = []
-        rec_rows: list[dict] = []
+        rec_rows: list[tuple] = []
         for _, created_at, rel in tqdm(candidates, desc="reindex", unit="part", disable=len(candidates) < 50):
             path = self.root / rel
             try:
@@ -661,14 +648,14 @@ class Corpus:
                  "bytes": path.stat().st_size, "created_at": created_at}
             )
             for i, (rid, wk, lat) in enumerate(zip(ids, table["workload_key"].to_pylist(), table["latency_s"].to_pylist())):
-                rec_rows.append({"record_id": rid, "workload_key": wk, "hardware_key": hw, "latency_s": lat, "part_id": part_id, "row_idx": i})
+                rec_rows.append((rid, wk, hw, lat, part_id, i))
         with ix.write(self.engine) as conn:
             conn.execute(sa.delete(ix.records))
             conn.execute(sa.delete(ix.parts))
             if parts_rows:
                 conn.execute(sa.insert(ix.parts), parts_rows)
             for i in range(0, len(rec_rows), 50_000):
-                conn.execute(sa.insert(ix.records), rec_rows[i : i + 50_000])
+                ix.insert_records(conn, rec_rows[i : i + 50_000])
             if conn.dialect.name == "postgresql" and parts_rows:
                 conn.exec_driver_sql(
                     "SELECT setval(pg_get_serial_sequence('parts', 'part_id'), (SELECT MAX(part_id) FROM parts))"

@@ -8,13 +8,47 @@ unsigned decimal string (checked on TVM 0.27: ``Workload(mod).as_json()[0] ==
 str(tvm_ffi.structural_hash(mod))``). ``workload_key(mod)`` is the same number as 16 lowercase
 hex digits, so a key converts to MetaSchedule's shash and back without TVM
 (:func:`key_from_shash`, :func:`shash_from_key`).
+
+Import (:func:`import_ms`): a MetaSchedule JSON database directory (``database_workload.json``
++ ``database_tuning_record.json``; a line of the latter is ``[workload_index, [trace, run_secs,
+target, args_info]]``). Workloads are decoded with TVM, keyed by ``workload_key(mod)`` and
+registered with their TVMScript and ``tvm.ir.save_json(mod)`` (column ``workloads.mod_json``,
+which export needs). Records get ``tuner="ms-import"`` (MetaSchedule's database does not say
+which search strategy produced them), ``latency_s`` = median of ``run_secs``; a record whose
+``run_secs`` are missing or MetaSchedule's failure marker (>= 1e9 s) is stored as an error. The
+hardware key is the caller's, or derived from a CPU target (``cpu-<mcpu>-<num-cores>c``, the
+collectors' scheme); a CUDA target names no GPU model, so the caller must pass the key.
+
+Export (:func:`export_ms`): successful records of one hardware key (the fastest per workload, or
+all) written through TVM's own ``JSONDatabase`` (``commit_workload`` + ``TuningRecord.from_json``),
+so the result is exactly what ``JSONDatabase(work_dir=...)`` reads and ``compile_relax`` applies;
+replaying each trace on its workload while exporting also proves every exported trace applies.
+Workloads need ``mod_json`` (or TVMScript that parses); records without ``args_info_json`` get
+it from the PrimFunc's parameters.
 """
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import logging
-from typing import Any
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from storage.errors import CorpusError
+from storage.schema import HARDWARE_KEY_RE, canonical_json, check_hardware_key, make_record_id
+
+if TYPE_CHECKING:
+    from storage.corpus import Corpus
 
 log = logging.getLogger(__name__)
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+MS_FAILED_SECS = 1e9  # MetaSchedule stores 1e10 s as the run time of a failed measurement
+IMPORT_BATCH = 5000  # records per append while importing
 
 _MASK64 = (1 << 64) - 1
 
@@ -42,3 +76,228 @@ def key_from_shash(shash: str | int) -> str:
 def shash_from_key(key: str) -> str:
     """Our 16-hex workload key -> MetaSchedule's decimal workload shash."""
     return str(int(key, 16))
+
+
+def hardware_key_from_target(target: dict) -> str | None:
+    """``cpu-<mcpu>-<N>c`` for an LLVM target with ``mcpu`` and ``num-cores``; None otherwise."""
+    if target.get("kind") != "llvm" or not target.get("mcpu") or not target.get("num-cores"):
+        return None
+    key = f"cpu-{str(target['mcpu']).lower()}-{int(target['num-cores'])}c"
+    return key if HARDWARE_KEY_RE.match(key) else None
+
+
+def _plain(obj: Any) -> Any:
+    """TVM containers/IntImm/String from ``as_json`` as plain Python JSON values."""
+    import tvm
+
+    if isinstance(obj, (str, bool, int, float)) or obj is None:
+        return obj
+    if isinstance(obj, tvm.tirx.IntImm) or isinstance(obj, tvm.tirx.FloatImm):
+        return obj.value
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) or hasattr(obj, "__len__"):
+        return [_plain(v) for v in obj]
+    return str(obj)
+
+
+@dataclass
+class ImportReport:
+    """What ``import_ms`` did."""
+
+    records: int = 0  # tuning records read
+    stored: int = 0  # newly stored (the rest were already in the corpus)
+    errors: int = 0  # records stored as errors (failed measurements)
+    workloads: list[str] = field(default_factory=list)  # workload keys registered
+    hardware_keys: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ExportReport:
+    """What ``export_ms`` wrote."""
+
+    directory: str = ""
+    workloads: int = 0
+    records: int = 0
+    skipped: list[str] = field(default_factory=list)  # "<workload or record>: reason"
+
+
+def import_ms(
+    corpus: "Corpus",
+    work_dir: str | os.PathLike,
+    *,
+    hardware_key: str | None = None,
+    tuner: str = "ms-import",
+    run_id: str | None = None,
+    node: str | None = None,
+) -> ImportReport:
+    """Import a MetaSchedule JSON database directory into ``corpus`` (idempotent)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    work_dir = Path(work_dir)
+    wl_path, rec_path = work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE
+    for p in (wl_path, rec_path):
+        if not p.is_file():
+            raise CorpusError(f"not a MetaSchedule JSON database: {str(p)!r} is missing")
+    if hardware_key is not None:
+        check_hardware_key(hardware_key)
+    report = ImportReport()
+
+    keys: list[str] = []
+    for n, line in enumerate(wl_path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        try:
+            wl = ms.database.Workload.from_json(json.loads(line))
+        except Exception as exc:  # noqa: BLE001 - name the line that is bad
+            raise CorpusError(f"{wl_path}:{n + 1}: not a MetaSchedule workload: {exc}") from exc
+        mod = wl.mod
+        key = workload_key(mod)
+        ms_key = key_from_shash(json.loads(line)[0])
+        if key != ms_key:  # never seen on TVM 0.27; kept loud in case a TVM upgrade changes hashing
+            report.warnings.append(f"workload {n}: MetaSchedule shash {ms_key} != structural_hash {key}; using {key}")
+        func = mod["main"] if "main" in [gv.name_hint for gv in mod.get_global_vars()] else None
+        name = str(func.attrs["global_symbol"]) if func is not None and func.attrs and "global_symbol" in func.attrs else None
+        corpus.register_workload(key, task_name=name, tvmscript=mod.script(), mod_json=tvm.ir.save_json(mod))
+        keys.append(key)
+    report.workloads = sorted(set(keys))
+
+    now = _dt.datetime.now(_dt.timezone.utc)
+    params = json.dumps({"source": str(work_dir.resolve())}, sort_keys=True)
+    hw_seen: dict[str, dict] = {}
+    batch: list[dict] = []
+
+    def flush() -> None:
+        if batch:
+            res = corpus.append(batch)
+            report.stored += res.rows
+            batch.clear()
+
+    for n, line in enumerate(rec_path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        try:
+            index, (trace, run_secs, target, args_info) = json.loads(line)
+            key = keys[index]
+        except Exception as exc:  # noqa: BLE001
+            raise CorpusError(f"{rec_path}:{n + 1}: not a MetaSchedule tuning record: {exc}") from exc
+        target = target or {}
+        hw = hardware_key or hardware_key_from_target(target)
+        if hw is None:
+            raise CorpusError(
+                f"{rec_path}:{n + 1}: cannot derive a hardware key from target {json.dumps(target)}; pass hardware_key="
+            )
+        hw_seen.setdefault(hw, target)
+        trace_json = canonical_json(json.dumps(trace))
+        secs = [float(x) for x in (run_secs or [])]
+        ok = bool(secs) and all(0 < x < MS_FAILED_SECS for x in secs)
+        report.records += 1
+        report.errors += not ok
+        batch.append(
+            {
+                "record_id": make_record_id(key, hw, trace_json),
+                "workload_key": key,
+                "hardware_key": hw,
+                "target": json.dumps(target, sort_keys=True),
+                "task_name": None,
+                "sketch_id": -1,
+                "trace_json": trace_json,
+                "decisions_json": json.dumps(trace[1] if len(trace) > 1 else []),
+                "run_secs": secs if ok else [],
+                "latency_s": statistics.median(secs) if ok else None,
+                "error": None if ok else f"ms-import: failed measurement (run_secs={run_secs})",
+                "tuner": tuner,
+                "tuner_params": params,
+                "run_id": run_id,
+                "node": node,
+                "tvm_version": tvm.__version__,
+                "created_at": now,
+                "args_info_json": json.dumps(args_info) if args_info is not None else None,
+            }
+        )
+        if len(batch) >= IMPORT_BATCH:
+            flush()
+    flush()
+    for hw, target in hw_seen.items():
+        if corpus.hardware_info(hw) is None:
+            corpus.register_hardware(hw, target=target, description="registered by ms-import")
+    report.hardware_keys = sorted(hw_seen)
+    return report
+
+
+def _load_mod(row: dict):
+    import tvm
+
+    if row.get("mod_json"):
+        return tvm.ir.load_json(row["mod_json"])
+    if row.get("tvmscript"):
+        return tvm.script.from_source(row["tvmscript"])
+    raise CorpusError(f"workload {row['workload_key']} has neither mod_json nor tvmscript")
+
+
+def export_ms(
+    corpus: "Corpus",
+    out_dir: str | os.PathLike,
+    *,
+    hardware_key: str,
+    best_only: bool = True,
+    workload_keys: list[str] | None = None,
+    overwrite: bool = False,
+) -> ExportReport:
+    """Write successful records of ``hardware_key`` as a MetaSchedule JSON database in ``out_dir``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from tvm.s_tir import meta_schedule as ms
+
+    check_hardware_key(hardware_key)
+    out = Path(out_dir)
+    existing = [out / f for f in (WORKLOAD_FILE, RECORD_FILE) if (out / f).exists()]
+    if existing and not overwrite:
+        raise CorpusError(f"{str(out)!r} already holds a MetaSchedule database ({existing[0].name}); refusing to overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in existing:
+        f.unlink()
+
+    filters: dict[str, Any] = {"hardware_key": hardware_key}
+    if workload_keys is not None:
+        filters["workload_key"] = list(workload_keys)
+    table = corpus.scan(filters)
+    table = table.filter(pc.is_valid(table["latency_s"]))
+    table = table.sort_by([("workload_key", "ascending"), ("latency_s", "ascending"), ("record_id", "ascending")])
+    if best_only and table.num_rows:
+        wks = table["workload_key"]
+        first = pc.not_equal(wks.slice(1), wks.slice(0, table.num_rows - 1))
+        table = table.filter(pa.concat_arrays([pa.array([True]), first.combine_chunks()]))
+
+    db = ms.database.JSONDatabase(work_dir=str(out))
+    report = ExportReport(directory=str(out))
+    workloads: dict[str, Any] = {}
+    for row in table.to_pylist():
+        wk = row["workload_key"]
+        if wk not in workloads:
+            info = corpus.workload(wk)
+            try:
+                if info is None:
+                    raise CorpusError("not registered")
+                mod = _load_mod(info)
+                workloads[wk] = (db.commit_workload(mod), mod)
+                report.workloads += 1
+            except Exception as exc:  # noqa: BLE001 - reported per workload
+                workloads[wk] = None
+                report.skipped.append(f"workload {wk}: {exc}")
+        if workloads[wk] is None:
+            continue
+        wl, mod = workloads[wk]
+        args_info = json.loads(row["args_info_json"]) if row["args_info_json"] else [
+            _plain(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        ]
+        target = json.loads(row["target"]) if row["target"] else corpus.hardware_info(hardware_key)["target"]
+        try:
+            rec = ms.database.TuningRecord.from_json([json.loads(row["trace_json"]), row["run_secs"], target, args_info], wl)
+            db.commit_tuning_record(rec)
+            report.records += 1
+        except Exception as exc:  # noqa: BLE001 - a trace that no longer applies is reported, not written
+            report.skipped.append(f"record {row['record_id']}: {exc}")
+    return report
