@@ -1,0 +1,155 @@
+"""``tlm corpus``: look after the corpus of measured schedules.
+
+    tlm corpus stats      [--corpus DIR] [--index-url URL] [--json]
+    tlm corpus verify     [--corpus DIR] [--index-url URL]          exit 1 if a problem was found
+    tlm corpus reindex    [--corpus DIR] [--index-url URL]          exit 1 if a part was quarantined
+    tlm corpus import-ms  MS_DIR [--hardware-key KEY] [--corpus DIR] [--index-url URL]
+    tlm corpus export-ms  OUT_DIR --hardware-key KEY [--all] [--workload KEY ...] [--overwrite]
+
+``--corpus`` defaults to ``$TLM_CORPUS`` or ``./corpus``; ``--index-url`` to ``$TLM_INDEX_URL`` or
+the SQLite file inside the corpus. Bad input (wrong URL, bad hardware key, a directory that is
+not a MetaSchedule database) prints one ``error:`` line and exits 2. ``verify`` and ``reindex``
+need the collection to be stopped (they may move or rewrite parts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``tlm corpus`` and its subcommands."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--corpus", default=os.environ.get("TLM_CORPUS", "corpus"),
+                        help="corpus directory (default: $TLM_CORPUS or ./corpus)")
+    common.add_argument("--index-url", default=os.environ.get("TLM_INDEX_URL"),
+                        help="SQLAlchemy URL of the index (default: $TLM_INDEX_URL or sqlite in the corpus)")
+
+    p = subparsers.add_parser("corpus", help="inspect, check and move the corpus of measured schedules",
+                              description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="corpus_command", metavar="ACTION")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    s = sub.add_parser("stats", parents=[common], help="counts per hardware key")
+    s.add_argument("--json", action="store_true", help="print the stats as JSON")
+    s.set_defaults(func=_stats)
+
+    v = sub.add_parser("verify", parents=[common], help="rehash every part; quarantine bad ones; report problems")
+    v.set_defaults(func=_verify)
+
+    r = sub.add_parser("reindex", parents=[common], help="rebuild the index from the part files alone")
+    r.set_defaults(func=_reindex)
+
+    i = sub.add_parser("import-ms", parents=[common], help="import a MetaSchedule JSON database directory")
+    i.add_argument("ms_dir", help="directory with database_workload.json and database_tuning_record.json")
+    i.add_argument("--hardware-key", help="hardware key of the records (derived from a CPU target if omitted)")
+    i.set_defaults(func=_import_ms)
+
+    e = sub.add_parser("export-ms", parents=[common], help="export records as a MetaSchedule JSON database")
+    e.add_argument("out_dir", help="directory to write (must not already hold a database unless --overwrite)")
+    e.add_argument("--hardware-key", required=True, help="which hardware's records to export")
+    e.add_argument("--all", action="store_true", help="every successful record, not just the best per workload")
+    e.add_argument("--workload", action="append", help="only this workload key (repeatable)")
+    e.add_argument("--overwrite", action="store_true", help="replace an existing database in OUT_DIR")
+    e.set_defaults(func=_export_ms)
+
+
+def _open(args: argparse.Namespace, *, create: bool = False):
+    """The corpus named by the arguments; only ``import-ms`` may create a new one."""
+    from storage import Corpus, CorpusError
+
+    if not create and not os.path.isdir(args.corpus):
+        raise CorpusError(f"no corpus at {args.corpus!r} (pass --corpus DIR or set TLM_CORPUS)")
+    return Corpus.open(args.corpus, index_url=args.index_url)
+
+
+def _guard(fn):
+    """Turn the storage layer's input errors into one ``error:`` line and exit code 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        from storage import CorpusError
+
+        try:
+            return fn(args)
+        except (CorpusError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@_guard
+def _stats(args: argparse.Namespace) -> int:
+    with _open(args) as c:
+        st = c.stats()
+    if args.json:
+        print(json.dumps(st, indent=2, sort_keys=True))
+        return 0
+    print(f"corpus  {st['root']}")
+    print(f"index   {st['index_url']}")
+    rows = [("hardware", "records", "ok", "errors", "workloads", "parts", "size")]
+    for hw, v in sorted(st["by_hardware"].items()):
+        rows.append((hw, v["records"], v["ok"], v["errors"], v["workloads"], v["parts"], _human_bytes(v["bytes"])))
+    rows.append(("total", st["records"], st["ok"], st["errors"], "", st["parts"], _human_bytes(st["bytes"])))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for n, r in enumerate(rows):
+        print("  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(r, widths))))
+        if n == 0 or n == len(rows) - 2:
+            print("  ".join("-" * w for w in widths))
+    print(f"registered: {st['workloads_registered']} workload(s), {st['hardware_registered']} hardware key(s), "
+          f"{st['runs']} run(s), {st['models']} model(s)")
+    return 0
+
+
+@_guard
+def _verify(args: argparse.Namespace) -> int:
+    with _open(args) as c:
+        report = c.verify()
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
+
+
+@_guard
+def _reindex(args: argparse.Namespace) -> int:
+    with _open(args) as c:
+        report = c.reindex()
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
+
+
+@_guard
+def _import_ms(args: argparse.Namespace) -> int:
+    from storage.interop import import_ms
+
+    with _open(args, create=True) as c:
+        rep = import_ms(c, args.ms_dir, hardware_key=args.hardware_key)
+    print(f"read {rep.records} record(s) of {len(rep.workloads)} workload(s) for {', '.join(rep.hardware_keys) or '-'}: "
+          f"{rep.stored} new, {rep.records - rep.stored} already stored, {rep.errors} failed measurement(s)")
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+@_guard
+def _export_ms(args: argparse.Namespace) -> int:
+    from storage.interop import export_ms
+
+    with _open(args) as c:
+        rep = export_ms(c, args.out_dir, hardware_key=args.hardware_key, best_only=not args.all,
+                        workload_keys=args.workload, overwrite=args.overwrite)
+    print(f"wrote {rep.records} record(s) of {rep.workloads} workload(s) to {rep.directory}")
+    for s in rep.skipped:
+        print(f"skipped {s}", file=sys.stderr)
+    return 1 if rep.skipped else 0

@@ -1,0 +1,63 @@
+"""``tlm corpus ...`` through the real CLI entry point (in-process)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster.cli import main
+from storage import Corpus
+from storage.interop import hardware_key_from_target
+from storage_synth import HW, make_records
+
+
+def test_stats_verify_reindex(tmp_path, capsys):
+    root = tmp_path / "c"
+    c = Corpus.open(root)
+    c.append(make_records(30, error_every=4))
+    bad = c.append(make_records(10, start=30, hardware="cuda-sm_90-h200")).part_path
+    c.close()
+    assert main(["corpus", "stats", "--corpus", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert HW in out and "cuda-sm_90-h200" in out and "total" in out
+    total = next(l for l in out.splitlines() if l.startswith("total")).split()
+    assert total[1:4] == ["40", "32", "8"]  # records, ok, errors
+
+    assert main(["corpus", "stats", "--json", "--corpus", str(root)]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 40
+
+    assert main(["corpus", "verify", "--corpus", str(root)]) == 0
+    assert capsys.readouterr().out.strip().endswith("OK")
+    (root / bad).write_bytes((root / bad).read_bytes()[:100])
+    assert main(["corpus", "verify", "--corpus", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert f"QUARANTINED {bad}" in out and "PROBLEMS FOUND" in out
+    assert main(["corpus", "reindex", "--corpus", str(root)]) == 0
+    assert "indexed 1 part(s), 30 record(s)" in capsys.readouterr().out
+
+
+def test_errors_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    assert main(["corpus", "stats", "--corpus", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.startswith("error: no corpus at")
+    (tmp_path / "c").mkdir()
+    assert main(["corpus", "stats", "--corpus", str(tmp_path / "c"), "--index-url", "bogus://x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot open the corpus index at bogus://x") and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("TLM_CORPUS", str(tmp_path / "c"))
+    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", "GPU!"]) == 2
+    assert "does not match" in capsys.readouterr().err
+
+
+def test_import_then_export(tmp_path, capsys, ms_database):
+    work_dir, _, target, _ = ms_database
+    root = tmp_path / "c"
+    assert main(["corpus", "import-ms", str(work_dir), "--corpus", str(root)]) == 0
+    assert "8 new" in capsys.readouterr().out
+    assert main(["corpus", "import-ms", str(work_dir), "--corpus", str(root)]) == 0
+    assert "0 new, 8 already stored" in capsys.readouterr().out
+    hw = hardware_key_from_target(target)
+    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--all", "--corpus", str(root)]) == 0
+    assert "wrote 8 record(s) of 1 workload(s)" in capsys.readouterr().out
+    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--corpus", str(root)]) == 2
+    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--overwrite", "--corpus", str(root)]) == 0
+    assert len((tmp_path / "o" / "database_tuning_record.json").read_text().splitlines()) == 1
