@@ -350,7 +350,7 @@ class DecisionState:
 
         self.space, self.sketch = space, sketch
         self.position = prompt_len  # token position of the next word
-        key = (space.task.workload_key, space.hardware.key)
+        key = (space.uid,)
         self.replay = LiveReplay(sketch, space.task.mod, cache_key=key)
         self.values: list[tuple[Choice, Any]] = []  # (choice, decision value) so far
         self.ended = False  # [EOS] seen
@@ -571,12 +571,12 @@ class _StateCache:
         self._states: OrderedDict[tuple, DecisionState] = OrderedDict()
 
     def get(self, space: Space, words: Sequence[str]) -> DecisionState:
-        key = (space.task.workload_key, space.hardware.key, tuple(words))
+        key = (space.uid, tuple(words))
         st = self._states.get(key)
         if st is not None:
             self._states.move_to_end(key)
             return st
-        prev_key = key[:2] + (tuple(words[:-1]),)
+        prev_key = (space.uid, tuple(words[:-1]))
         st = self._states.pop(prev_key, None)
         if st is not None:
             st.feed(words[-1])

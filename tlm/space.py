@@ -26,6 +26,7 @@ replaying (``tlm.replay``).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -108,11 +109,18 @@ class Space:
     hardware: Hardware
     target: Any  # tvm.target.Target
     sketches: list[Sketch]
+    uid: int = field(default_factory=lambda: next(_SPACE_IDS))  # unique per built space (cache keys)
+
+
+_SPACE_IDS = itertools.count()
 
 
 def build_space(task: Task, hardware: Hardware) -> Space:
     """Every sketch of ``task`` on ``hardware`` with its choices (cached per workload+hardware)."""
-    key = (task.workload_key, hardware.key, json.dumps(hardware.target, sort_keys=True))
+    # Block names are part of the key: the workload key (a structural hash) ignores names,
+    # but traces find blocks by name, so two same-key tasks with other names need own spaces.
+    key = (task.workload_key, block_names(task.mod), hardware.key,
+           json.dumps(hardware.target, sort_keys=True))
     space = _CACHE.get(key)
     if space is None:
         space = _build(task, hardware)
@@ -125,6 +133,25 @@ def build_space(task: Task, hardware: Hardware) -> Space:
 _CACHE: dict[tuple, Space] = {}
 #: Spaces kept in memory (one per workload and hardware; a space holds a few traces).
 _CACHE_SIZE = 512
+
+
+def block_names(mod: Any) -> tuple[str, ...]:
+    """Names of every block of the ``main`` PrimFunc, in program order."""
+    func = mod["main"] if hasattr(mod, "functions") else mod
+    out: list[str] = []
+
+    def walk(s: Any) -> None:
+        if type(s).__name__ == "SBlock":
+            out.append(str(s.name_hint))
+        for attr in ("block", "body", "then_case", "else_case"):
+            child = getattr(s, attr, None)
+            if child is not None and not isinstance(child, (int, str)):
+                walk(child)
+        for child in getattr(s, "seq", None) or []:
+            walk(child)
+
+    walk(func.body)
+    return tuple(out)
 
 
 def _build(task: Task, hardware: Hardware) -> Space:

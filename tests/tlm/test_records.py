@@ -1,0 +1,137 @@
+"""Exact round trip over real measured records and zoo-model tasks (CPU) and CUDA sketches.
+
+``data/measured_records.json`` holds records measured on this project's CPU machine by
+``collectors.tuner.tune_task`` (evolutionary search, 16 trials, and replay-trace, 8 trials)
+for the conftest matmul+ReLU and softmax workloads; evolutionary records include a
+MutateParallel rewrite, replay-trace records are stored with dead code removed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.tlm.conftest import sample_traces
+from tests.tlm.test_language import applied, assert_round_trip, sampling_decisions
+from tlm.language import decode, encode
+
+DATA = Path(__file__).parent / "data" / "measured_records.json"
+
+
+@pytest.fixture(scope="module")
+def records(tasks):
+    recs = json.loads(DATA.read_text())
+    for r in recs:
+        assert tasks[r["workload"]].workload_key == r["workload_key"], "test data no longer matches its workload"
+    return recs
+
+
+def record_round_trip(task, hw, trace_json: str):
+    """decode(encode(record)) gives the record's decisions and the same scheduled program."""
+    import tvm_ffi
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    s = encode(task, hw, trace_json)
+    back = decode(s, task, hw)
+    sch = Schedule(task.mod)
+    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    original = sch.trace
+    assert sampling_decisions(back) == sampling_decisions(original)
+    assert tvm_ffi.structural_equal(applied(task.mod, original).mod, applied(task.mod, back).mod)
+    return s
+
+
+def test_every_measured_record_round_trips(records, tasks, cpu_hw):
+    for r in records:
+        s = record_round_trip(tasks[r["workload"]], cpu_hw, r["trace_json"])
+        assert s.sketch_id == r["sketch_id"]
+
+
+def test_measured_records_include_mutated_parallel_and_simplified_traces(records, tasks, cpu_hw):
+    from tlm.space import build_space
+
+    values, simplified = set(), 0
+    for r in records:
+        task = tasks[r["workload"]]
+        s = encode(task, cpu_hw, r["trace_json"])
+        i = s.tokens.index("parallel", s.prompt_len)
+        values.add(int(s.tokens[i + 1]))
+        sk = build_space(task, cpu_hw).sketches[s.sketch_id]
+        kinds = [inst[0] for inst in json.loads(r["trace_json"])[0]]
+        n = kinds.index("EnterPostproc") if "EnterPostproc" in kinds else len(kinds)
+        simplified += n < len(sk.kinds)
+    assert values - {32}, "no record with a MutateParallel value: the test data lost its point"
+    assert simplified > 0
+
+
+def test_round_trip_over_a_corpus(records, tasks, cpu_hw, tmp_path):
+    from storage import Corpus
+
+    corpus = Corpus.open(tmp_path / "corpus")
+    corpus.register_hardware(cpu_hw.key, target=cpu_hw.target, description="test")
+    cols = ("workload_key", "hardware_key", "task_name", "sketch_id", "trace_json", "decisions_json",
+            "latency_s", "error", "tuner", "tuner_params", "tvm_version")
+    corpus.append([{k: r[k] for k in cols} | {"run_secs": [r["latency_s"]] if r["latency_s"] else []}
+                   for r in records])
+    by_key = {t.workload_key: t for t in tasks.values()}
+    table = corpus.scan()
+    assert table.num_rows == len(records)
+    for row in table.to_pylist():
+        record_round_trip(by_key[row["workload_key"]], cpu_hw, row["trace_json"])
+
+
+@pytest.mark.slow
+def test_round_trip_of_freshly_measured_records(tasks, cpu_hw):
+    from collectors.tuner import TuneConfig, tune_task
+
+    task = tasks["matmul"]
+    recs: list = []
+    tune_task(task, cpu_hw, TuneConfig(trials=4, strategy="replay-trace", seed=7, check_correctness=False),
+              on_records=recs.extend)
+    assert len(recs) == 4
+    for r in recs:
+        record_round_trip(task, cpu_hw, r["trace_json"])
+
+
+@pytest.fixture(scope="module")
+def zoo_tasks(cpu_hw):
+    """A few tasks of each kind from three small zoo models (ResNet-50, BERT, GPT-2)."""
+    from collectors.tasks import extract_tasks
+
+    chosen = []
+    for model in ("resnet50", "bert_base", "gpt2"):
+        per_kind: dict[str, int] = {}
+        for t in extract_tasks(model, cpu_hw, small=True):
+            if per_kind.get(t.op_kind, 0) < 2:
+                per_kind[t.op_kind] = per_kind.get(t.op_kind, 0) + 1
+                chosen.append(t)
+    return chosen
+
+
+@pytest.mark.slow
+def test_round_trip_over_zoo_model_tasks(zoo_tasks, cpu_hw):
+    from tlm.tokenizer import build_tokenizer, unknown_words
+
+    tok = build_tokenizer()
+    kinds = set()
+    for task in zoo_tasks:
+        for tr in sample_traces(task, cpu_hw, per_sketch=1):
+            s = assert_round_trip(task, cpu_hw, tr)
+            assert unknown_words(s.decisions, tok) == []
+            kinds.add(task.op_kind)
+    assert {"conv2d", "matmul"} <= kinds and len(kinds) >= 4
+
+
+@pytest.mark.slow
+def test_cuda_sketches_round_trip(tasks, cuda_hw):
+    """A CUDA target builds sketches without a GPU; sampled decisions must round-trip."""
+    from tlm.space import build_space
+
+    for name in ("matmul", "softmax", "conv2d"):
+        task = tasks[name]
+        space = build_space(task, cuda_hw)
+        assert space.sketches
+        for tr in sample_traces(task, cuda_hw, per_sketch=2):
+            s = assert_round_trip(task, cuda_hw, tr)
+            assert "sms" in s.tokens[:8]
