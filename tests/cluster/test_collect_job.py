@@ -206,3 +206,64 @@ def test_tlm_collect_options_drive_a_cluster_job(ray_cluster, tmp_path, index_ur
     (run,) = run_rows(corpus)
     assert run["status"] == "finished" and run["tasks_done"] == 1
     assert corpus.workload(table["workload_key"][0].as_py())["task_name"]
+
+
+def test_tasks_of_a_vanished_hardware_are_reported_not_waited_on(ray_cluster, tmp_path):
+    """The only node of a key dies mid-job: its tasks fail after the grace period; the job ends."""
+    key = KEY_C
+    node = ray_cluster.add_cpu_node(key)
+    tasks = [_task(*s) for s in TASKS[:3]]
+    result: dict = {}
+
+    def drive():
+        result["s"] = run_collection(tasks, corpus_root=str(tmp_path), tune_config=_tune_config(trials=4),
+                                     hardware=ray_cluster.hardware, hardware_keys=[key],
+                                     config=_job(lost_key_grace_s=3, max_attempts=2))
+
+    th = threading.Thread(target=drive)
+    th.start()
+    parts = tmp_path / f"hardware={key}"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (parts.exists() and any(parts.glob("*.parquet"))):
+        time.sleep(0.2)
+    ray_cluster.cluster.remove_node(node)
+    th.join(timeout=180)
+    assert not th.is_alive(), "the job waited forever for a hardware that is gone"
+    s = result["s"]
+    assert s.status == "partial"
+    failed = [o for o in s.outcomes if o.status == "failed"]
+    assert failed and all("no node" in o.error or "died" in o.error for o in failed)
+    ids = _scan(tmp_path)["record_id"].to_pylist()
+    assert ids and len(ids) == len(set(ids)), "records flushed before the death are kept, once"
+
+
+def test_without_an_address_a_local_ray_is_started(tmp_path):
+    """The embedded default: a fresh process, no cluster given, this machine's own hardware."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import json
+from collectors.hardware import detect_hardware
+from collectors.task import Task
+from collectors.tuner import TuneConfig
+from collectors.workloads import matmul
+from cluster.collect_job import JobConfig, run_collection
+from storage import workload_key
+mod = matmul(16, 16, 16)
+task = Task(workload_key(mod), "matmul_16", mod, flops=8192.0, op_kind="matmul")
+cfg = TuneConfig(trials=2, trials_per_iter=2, strategy="replay-trace", number=1, repeat=1, min_repeat_ms=5)
+s = run_collection([task], corpus_root={str(tmp_path)!r}, tune_config=cfg,
+                   config=JobConfig(progress=False, object_store_mb=80))
+print("RESULT", json.dumps({{**s.as_dict(), "key": detect_hardware("cpu").key}}))
+"""
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert out.returncode == 0 and line, out.stderr[-3000:]
+    r = json.loads(line[0][len("RESULT "):])
+    assert (r["status"], r["done"]) == ("finished", 1)
+    assert _scan(tmp_path)["hardware_key"].unique().to_pylist() == [r["key"]]
