@@ -148,6 +148,7 @@ class Corpus:
         self.engine = engine
         self.index_url = ix.safe_url(url)
         self._files: OrderedDict[str, tuple[pq.ParquetFile, list[int]]] = OrderedDict()
+        self._hw_ids: dict[str, int] = {}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ opening
@@ -255,6 +256,30 @@ class Corpus:
         out["target"] = json.loads(out["target_json"]) if out["target_json"] else None
         return out
 
+    def _hw_id(self, key: str, *, create: bool) -> int | None:
+        """The small integer standing for a hardware key in ``records`` (created on first use)."""
+        hid = self._hw_ids.get(key)
+        if hid is not None:
+            return hid
+        t = ix.hardware_ids
+        for _ in range(MAX_REGISTER_ATTEMPTS):
+            with self.engine.connect() as conn:
+                hid = conn.execute(sa.select(t.c.hw_id).where(t.c.key == key)).scalar_one_or_none()
+            if hid is not None or not create:
+                break
+            try:
+                with ix.write(self.engine) as conn:
+                    conn.execute(sa.insert(t).values(key=key))
+            except sa.exc.IntegrityError:  # another writer created it first
+                pass
+        if hid is not None:
+            self._hw_ids[key] = hid
+        return hid
+
+    def _hw_keys(self) -> dict[int, str]:
+        with ix.read(self.engine) as conn:
+            return {i: k for i, k in conn.execute(sa.select(ix.hardware_ids.c.hw_id, ix.hardware_ids.c.key))}
+
     # ------------------------------------------------------------------ append
     def append(self, records: "list[dict] | pa.Table") -> AppendResult:
         """Store records; ids already stored are skipped (idempotent). See the module docstring."""
@@ -303,7 +328,7 @@ class Corpus:
     def _register(self, info: PartInfo, table: pa.Table) -> None:
         """Insert the part row and its records rows in one transaction."""
         n = table.num_rows
-        hw = info.hardware_key
+        hw = self._hw_id(info.hardware_key, create=True)
         cols = zip(table["record_id"].to_pylist(), table["workload_key"].to_pylist(), table["latency_s"].to_pylist())
         with ix.write(self.engine) as conn:
             part_id = conn.execute(
@@ -387,11 +412,15 @@ class Corpus:
         """The ``k`` fastest successful records of a workload on a hardware key, fastest first."""
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        check_workload_key(workload_key)
+        hw = self._hw_id(hardware_key, create=False)
+        if hw is None:
+            return RECORD_SCHEMA.empty_table()
         r = ix.records.c
         q = (
             sa.select(r.record_id, ix.parts.c.path, r.row_idx)
             .join_from(ix.records, ix.parts, r.part_id == ix.parts.c.part_id)
-            .where(r.workload_key == workload_key, r.hardware_key == hardware_key, r.latency_s.is_not(None))
+            .where(r.workload_key == ix.wk_to_db(workload_key), r.hw_id == hw, r.latency_s.is_not(None))
             .order_by(r.latency_s, r.record_id)
             .limit(k)
         )
@@ -423,12 +452,13 @@ class Corpus:
         with ix.read(self.engine) as conn:
             per_hw = conn.execute(
                 sa.select(
-                    r.hardware_key,
+                    r.hw_id,
                     sa.func.count(),
                     sa.func.count(r.latency_s),
                     sa.func.count(sa.distinct(r.workload_key)),
-                ).group_by(r.hardware_key)
+                ).group_by(r.hw_id)
             ).all()
+            hw_keys = {i: k for i, k in conn.execute(sa.select(ix.hardware_ids.c.hw_id, ix.hardware_ids.c.key))}
             part_hw = {
                 hk: (n, b or 0)
                 for hk, n, b in conn.execute(sa.select(p.hardware_key, sa.func.count(), sa.func.sum(p.bytes)).group_by(p.hardware_key))
@@ -438,7 +468,8 @@ class Corpus:
             n_runs = conn.execute(sa.select(sa.func.count()).select_from(ix.runs)).scalar_one()
             n_models = conn.execute(sa.select(sa.func.count()).select_from(ix.models)).scalar_one()
         by_hw = {}
-        for hk, n, ok, nw in per_hw:
+        for hid, n, ok, nw in per_hw:
+            hk = hw_keys[hid]
             parts_n, parts_b = part_hw.get(hk, (0, 0))
             by_hw[hk] = {"records": n, "ok": ok, "errors": n - ok, "workloads": nw, "parts": parts_n, "bytes": int(parts_b)}
         return {
@@ -647,8 +678,9 @@ class Corpus:
                 {"part_id": part_id, "path": rel, "hardware_key": hw, "rows": table.num_rows, "sha256": sha256_file(path),
                  "bytes": path.stat().st_size, "created_at": created_at}
             )
+            hid = self._hw_id(hw, create=True)
             for i, (rid, wk, lat) in enumerate(zip(ids, table["workload_key"].to_pylist(), table["latency_s"].to_pylist())):
-                rec_rows.append((rid, wk, hw, lat, part_id, i))
+                rec_rows.append((rid, wk, hid, lat, part_id, i))
         with ix.write(self.engine) as conn:
             conn.execute(sa.delete(ix.records))
             conn.execute(sa.delete(ix.parts))

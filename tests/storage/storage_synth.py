@@ -49,7 +49,7 @@ def check_consistent(corpus) -> int:
         recs = conn.execute(sa.select(ix.records.c.record_id, ix.records.c.part_id, ix.records.c.row_idx)).all()
     by_part: dict = {}
     for rid, pid, idx in recs:
-        by_part.setdefault(pid, []).append((idx, rid))
+        by_part.setdefault(pid, []).append((idx, ix.id_from_db(rid)))
     total = 0
     for p in parts:
         ids = pq.read_table(corpus.root / p["path"], columns=["record_id"])["record_id"].to_pylist()
@@ -70,8 +70,9 @@ def index_snapshot(corpus) -> tuple[list, list]:
         parts = conn.execute(sa.select(ix.parts)).mappings().all()
         path_of = {p["part_id"]: p["path"] for p in parts}
         recs = conn.execute(sa.select(ix.records)).mappings().all()
+        hw_of = dict(conn.execute(sa.select(ix.hardware_ids.c.hw_id, ix.hardware_ids.c.key)).all())
     p_rows = sorted((p["path"], p["hardware_key"], p["rows"], p["sha256"], p["bytes"],
                      p["created_at"].replace(tzinfo=None)) for p in parts)
-    r_rows = sorted((r["record_id"], r["workload_key"], r["hardware_key"], r["latency_s"],
+    r_rows = sorted((ix.id_from_db(r["record_id"]), ix.wk_from_db(r["workload_key"]), hw_of[r["hw_id"]], r["latency_s"],
                      path_of[r["part_id"]], r["row_idx"]) for r in recs)
     return p_rows, r_rows
