@@ -112,10 +112,21 @@ class Sentence:
 # prompt
 # ------------------------------------------------------------------------------------------
 def hardware_tokens(hw: Hardware) -> list[str]:
-    """The hardware part of a prompt."""
+    """The hardware part of a prompt (CPU ISA and vector width derived from the target's
+    ``mcpu`` via LLVM, so a stored target gives the same words as a live machine)."""
+    from collectors.hardware import vector_bits_of
+
+    from tlm.hardware import isa_of
+
+    if hw.kind == "cpu":
+        isa = isa_of(hw)
+        cores = int(hw.target.get("num-cores", hw.cores))
+        vector = vector_bits_of(isa) if isa else hw.vector_bits
+    else:
+        isa, cores, vector = (), hw.cores, hw.vector_bits
     out = ["hw", hw.kind, "arch", hw.arch or "unknown", "sms" if hw.kind == "cuda" else "cores"]
-    out += number_tokens(hw.cores) + ["vector"] + number_tokens(hw.vector_bits)
-    flags = [f for f in ISA_WORDS if f in set(hw.isa)]
+    out += number_tokens(cores) + ["vector"] + number_tokens(vector)
+    flags = [f for f in ISA_WORDS if f in set(isa)]
     if flags:
         out += ["isa", *flags]
     return out

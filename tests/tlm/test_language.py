@@ -84,7 +84,10 @@ def test_prompt_is_readable_and_sentence_has_one_group_per_choice(tasks, cpu_hw)
     task = tasks["matmul"]
     s = encode(task, cpu_hw, sample_traces(task, cpu_hw, per_sketch=1)[0])
     text = s.text
-    assert text.startswith("[BOS] hw cpu arch znver4 cores 2 vector 512 isa avx2 fma avx512f task matmul")
+    assert text.startswith("[BOS] hw cpu arch znver4 cores 2 vector 512 isa ")
+    isa = s.tokens[s.tokens.index("isa") + 1: s.tokens.index("task")]
+    assert {"avx2", "fma", "avx512f"} <= set(isa)  # from LLVM's znver4 features
+    assert "task matmul name fused matmul relu" in text
     assert "block C iters S 64 S 96 R 128 dtype float32" in text
     assert "SamplePerfectTile n 4 extent 64 inner 64" in text
     assert s.tokens[s.prompt_len - 1] == "decide" and s.tokens[-1] == "[EOS]"

@@ -1,0 +1,94 @@
+"""``tlm dataset build|stats``: the tensor language's training sets from a corpus.
+
+``build`` writes ``pretrain.parquet`` (valid programs sampled from every task's design space)
+and ``finetune.parquet`` (the fastest measured schedules per task, hardware and sketch), with a
+train/test split that holds out whole models. ``stats`` prints sizes, token-length histograms
+and vocabulary coverage. See ``tlm/dataset.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "dataset",
+        help="build or inspect the sentence datasets the trainer reads",
+        description="Build sentence datasets (Parquet) from a corpus, or print their statistics.",
+    )
+    sub = p.add_subparsers(dest="dataset_command", metavar="ACTION")
+    b = sub.add_parser("build", help="write pretrain.parquet and finetune.parquet")
+    b.add_argument("--corpus", required=True, help="corpus root directory")
+    b.add_argument("--index-url", default=None, help="SQL index URL (default: sqlite in the corpus root)")
+    b.add_argument("--out", required=True, help="output directory (must not hold a dataset yet)")
+    b.add_argument("--per-sketch", type=int, default=8, help="sampled programs per sketch (pretraining)")
+    b.add_argument("--top-k", type=int, default=4, help="fastest records per task/hardware/sketch (fine-tuning)")
+    b.add_argument("--held-out", default="", help="comma-separated models whose workloads form the test split")
+    b.add_argument("--hardware", default="", help="comma-separated hardware keys (default: all in the corpus)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the design-space sampling")
+    b.set_defaults(func=run_build)
+    s = sub.add_parser("stats", help="sizes, token-length histograms, vocabulary coverage")
+    s.add_argument("dir", help="dataset directory written by `tlm dataset build`")
+    s.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the language's vocabulary)")
+    s.add_argument("--json", action="store_true", help="print JSON instead of text")
+    s.set_defaults(func=run_stats)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def run_build(args: argparse.Namespace) -> int:
+    import collectors.fast_import as fast_import
+    from storage import Corpus
+
+    from tlm.dataset import DatasetConfig, build_datasets
+
+    if args.per_sketch < 0 or args.top_k < 0:
+        print(f"--per-sketch and --top-k must be >= 0, got {args.per_sketch} and {args.top_k}", file=sys.stderr)
+        return 2
+    fast_import.install()  # CPU sketches only need the x86 intrinsics; CUDA spaces add theirs
+    config = DatasetConfig(pretrain_per_sketch=args.per_sketch, finetune_top_k=args.top_k,
+                           held_out_models=_csv(args.held_out), hardware_keys=_csv(args.hardware), seed=args.seed)
+    with Corpus.open(args.corpus, index_url=args.index_url) as corpus:
+        try:
+            summary = build_datasets(corpus, args.out, config)
+        except FileExistsError as exc:
+            print(str(exc), file=sys.stderr)
+            return 1
+    print(f"{summary.pretrain_rows} pretraining and {summary.finetune_rows} fine-tuning sentences "
+          f"({summary.tasks} tasks; hardware: {', '.join(summary.hardware) or 'none'}) -> {summary.out_dir}")
+    for reason, n in sorted(summary.skipped.items()):
+        print(f"skipped {n}: {reason}")
+    return 0
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    from tlm.dataset import dataset_stats
+    from tlm.tokenizer import build_tokenizer, load_tokenizer
+
+    tok = load_tokenizer(args.tokenizer) if args.tokenizer else build_tokenizer()
+    try:
+        stats = dataset_stats(args.dir, tok)
+    except FileNotFoundError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    print(f"vocabulary: {stats['vocabulary_size']} words")
+    for name, s in stats.items():
+        if not isinstance(s, dict):
+            continue
+        print(f"\n{name}: {s['rows']} sentences {s['splits']}, tokens mean {s['tokens_mean']} max {s['tokens_max']}")
+        print("  length histogram: " + "  ".join(f"{k}:{v}" for k, v in s["length_histogram"].items()))
+        for kind, k in s["by_op_kind"].items():
+            print(f"  {kind:12s} {k['rows']:6d} sentences, tokens mean {k['mean']} max {k['max']}")
+        print(f"  word coverage {s['word_coverage']:.4f} (decisions {s['decision_word_coverage']:.4f}), "
+              f"{s['vocabulary_used']} vocabulary words used")
+        if s["unknown_words"]:
+            print("  unknown words ([UNK]): " + ", ".join(f"{w}×{n}" for w, n in s["unknown_words"].items()))
+    return 0

@@ -1,0 +1,108 @@
+"""Training sets from a corpus: pretraining samples, fastest measured records, held-out models."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tlm.dataset import DatasetConfig, build_datasets, dataset_stats
+from tlm.language import decode
+
+DATA = Path(__file__).parent / "data" / "measured_records.json"
+
+
+@pytest.fixture(scope="module")
+def corpus(tasks, cpu_hw, tmp_path_factory):
+    from storage import Corpus
+
+    root = tmp_path_factory.mktemp("corpus")
+    c = Corpus.open(root)
+    c.register_hardware(cpu_hw.key, target=cpu_hw.target, description="test CPU")
+    for name, model in (("matmul", "model_a"), ("softmax", "model_b")):
+        t = tasks[name]
+        c.register_workload(t.workload_key, task_name=t.task_name, tvmscript=t.tvmscript, op_kind=t.op_kind)
+        c.register_workload_model(t.workload_key, model=model, weight=1)
+    cols = ("workload_key", "hardware_key", "task_name", "sketch_id", "trace_json", "decisions_json",
+            "latency_s", "error", "tuner", "tuner_params", "tvm_version")
+    recs = json.loads(DATA.read_text())
+    c.append([{k: r[k] for k in cols} | {"run_secs": [r["latency_s"]]} for r in recs])
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def built(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ds") / "sets"
+    summary = build_datasets(corpus, str(out), DatasetConfig(pretrain_per_sketch=2, finetune_top_k=2,
+                                                             held_out_models=("model_b",)), progress=False)
+    return out, summary
+
+
+def test_pretraining_sentences_cover_every_task_and_sketch(built, tasks, cpu_hw):
+    from tlm.space import build_space
+
+    out, summary = built
+    tab = pq.read_table(out / "pretrain.parquet").to_pylist()
+    assert summary.pretrain_rows == len(tab) > 0 and summary.skipped == {}
+    for name in ("matmul", "softmax"):
+        t = tasks[name]
+        rows = [r for r in tab if r["workload_key"] == t.workload_key]
+        assert {r["sketch_id"] for r in rows} == set(range(len(build_space(t, cpu_hw).sketches)))
+        assert all(r["source"] == "sampled" and r["latency_s"] is None for r in rows)
+        decode(rows[0]["text"], t, cpu_hw)  # every sentence is a program of its task
+
+
+def test_held_out_model_workloads_are_the_test_split(built, tasks):
+    out, _ = built
+    for f in ("pretrain.parquet", "finetune.parquet"):
+        for r in pq.read_table(out / f).to_pylist():
+            expect = "test" if r["workload_key"] == tasks["softmax"].workload_key else "train"
+            assert r["split"] == expect
+
+
+def test_finetuning_keeps_the_fastest_records_per_sketch(built, tasks):
+    out, _ = built
+    rows = pq.read_table(out / "finetune.parquet").to_pylist()
+    recs = json.loads(DATA.read_text())
+    assert rows
+    for name in ("matmul", "softmax"):
+        wk = tasks[name].workload_key
+        mine = [r for r in rows if r["workload_key"] == wk]
+        best = min(r["latency_s"] for r in recs if r["workload_key"] == wk)
+        assert max(r["label"] for r in mine) == pytest.approx(1.0)
+        assert min(r["latency_s"] for r in mine) == pytest.approx(best)
+        by_sketch: dict = {}
+        for r in mine:
+            by_sketch.setdefault(r["sketch_id"], []).append(r["latency_s"])
+        for sid, lat in by_sketch.items():
+            assert len(lat) <= 2
+            others = sorted(r["latency_s"] for r in recs if r["workload_key"] == wk and r["sketch_id"] == sid)
+            assert sorted(lat) == pytest.approx(others[: len(lat)])
+
+
+def test_stats_and_never_overwrite(built, corpus):
+    out, _ = built
+    stats = dataset_stats(str(out))
+    ft = stats["finetune.parquet"]
+    assert ft["rows"] > 0 and ft["decision_word_coverage"] == 1.0
+    assert sum(ft["length_histogram"].values()) == ft["rows"]
+    assert set(stats["pretrain.parquet"]["by_op_kind"]) == {"matmul", "reduction"}
+    with pytest.raises(FileExistsError):
+        build_datasets(corpus, str(out), DatasetConfig(pretrain_per_sketch=1), progress=False)
+
+
+def test_cli_build_and_stats(corpus, tmp_path, capsys):
+    from cluster.cli import main
+
+    out = tmp_path / "cli"
+    rc = main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(out), "--per-sketch", "1",
+               "--top-k", "1", "--held-out", "model_a"])
+    assert rc == 0
+    assert "pretraining" in capsys.readouterr().out
+    assert main(["dataset", "stats", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "length histogram" in text and "word coverage" in text
+    assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(out)]) == 1
+    assert main(["dataset", "stats", str(tmp_path / "missing")]) == 1

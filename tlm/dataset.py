@@ -1,0 +1,265 @@
+"""Training sets of sentences, built from a corpus.
+
+Two sets, as TLM trains (PRIOR-ART §1.4), written as Parquet (readable by
+``ray.data.read_parquet`` and plain pyarrow):
+
+* ``pretrain.parquet``: valid programs *sampled* from every task's design space on every
+  hardware of the corpus (cheap, unmeasured; TVM samples each sketch's decisions). They
+  teach the model the grammar and the shape of legal decisions.
+* ``finetune.parquet``: the fastest measured schedules per (task, hardware, sketch) — the
+  ``top_k`` successful records by latency — with ``label`` = best latency of the task on that
+  hardware / this record's latency (1.0 for the best).
+
+Both carry a ``split`` column: a workload that occurs in any held-out model (storage's
+``workload_models`` table) is ``test``, every other workload is ``train``, so a held-out model
+is unseen as a whole. Tasks are rebuilt from the index (``mod_json`` when stored, else the
+TVMScript); a record the language cannot express is skipped and counted, never fatal.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+from collectors.hardware import Hardware
+from collectors.task import Task
+
+logger = logging.getLogger(__name__)
+
+PRETRAIN_FILE = "pretrain.parquet"
+FINETUNE_FILE = "finetune.parquet"
+COLUMNS = ("text", "prompt_len", "n_tokens", "workload_key", "hardware_key", "task_name",
+           "op_kind", "sketch_id", "split", "source", "latency_s", "label", "record_id")
+
+
+@dataclass
+class DatasetConfig:
+    """What to put into the training sets."""
+
+    pretrain_per_sketch: int = 8  # random valid programs sampled per sketch and hardware
+    finetune_top_k: int = 4  # fastest successful records kept per (task, hardware, sketch)
+    held_out_models: tuple[str, ...] = ()  # whole models whose workloads form the test split
+    hardware_keys: tuple[str, ...] = ()  # only these hardware keys (empty: every one in the corpus)
+    seed: int = 0  # seeds the design-space sampling
+
+
+@dataclass
+class BuildSummary:
+    """What a build wrote and what it had to skip."""
+
+    out_dir: str
+    pretrain_rows: int = 0
+    finetune_rows: int = 0
+    tasks: int = 0
+    hardware: list[str] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+
+
+def load_tasks(corpus: Any) -> dict[str, tuple[Task, list[str]]]:
+    """workload_key -> (Task rebuilt from the index, models it occurs in)."""
+    out = {}
+    for w in corpus.workloads():
+        mod = _module_of(w)
+        if mod is None:
+            logger.warning("workload %s has neither mod_json nor parseable TVMScript: skipped", w["workload_key"])
+            continue
+        task = Task(workload_key=w["workload_key"], task_name=w.get("task_name") or "main", mod=mod,
+                    op_kind=w.get("op_kind") or "", flops=float(w.get("flops") or 0.0))
+        out[w["workload_key"]] = (task, sorted(w.get("models") or {}))
+    return out
+
+
+def _module_of(w: dict) -> Any:
+    import tvm
+
+    if w.get("mod_json"):
+        return tvm.ir.load_json(w["mod_json"])
+    if w.get("tvmscript"):
+        try:
+            mod = tvm.script.from_source(w["tvmscript"])
+        except Exception as exc:  # noqa: BLE001 - reported, the workload is skipped
+            logger.warning("TVMScript of %s does not parse: %s", w["workload_key"], str(exc)[:200])
+            return None
+        if not isinstance(mod, tvm.IRModule):
+            mod = tvm.IRModule({"main": mod})
+        return mod
+    return None
+
+
+def load_hardware(corpus: Any, keys: Iterable[str]) -> dict[str, Hardware]:
+    """hardware_key -> Hardware rebuilt from the index's target and description."""
+    from tlm.hardware import hardware_from_index
+
+    out = {}
+    for key in keys:
+        info = corpus.hardware_info(key)
+        if info is None or not info.get("target"):
+            logger.warning("hardware %s is not registered with a target: skipped", key)
+            continue
+        out[key] = hardware_from_index(key, info["target"], info.get("description") or "")
+    return out
+
+
+def split_of(models: Sequence[str], held_out: Sequence[str]) -> str:
+    """``test`` when the workload occurs in any held-out model, else ``train``."""
+    return "test" if set(models) & set(held_out) else "train"
+
+
+def _row(sentence: Any, task: Task, hw: Hardware, split: str, source: str, latency: float | None = None,
+         label: float | None = None, record_id: str | None = None) -> dict:
+    return {
+        "text": sentence.text, "prompt_len": sentence.prompt_len, "n_tokens": len(sentence.tokens),
+        "workload_key": task.workload_key, "hardware_key": hw.key, "task_name": task.task_name,
+        "op_kind": task.op_kind, "sketch_id": sentence.sketch_id, "split": split, "source": source,
+        "latency_s": latency, "label": label, "record_id": record_id,
+    }
+
+
+def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: int = 0) -> list[dict]:
+    """Sentences of ``per_sketch`` random valid programs of every sketch (TVM samples them)."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from tlm.language import encode
+    from tlm.space import build_space
+
+    rows, seen = [], set()
+    for sk in build_space(task, hw).sketches:
+        for j in range(per_sketch):
+            sch = Schedule(task.mod, seed=seed * 100003 + sk.sketch_id * 1009 + j + 1)
+            Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+            s = encode(task, hw, sch.trace)
+            if s.text not in seen:  # identical samples teach nothing twice
+                seen.add(s.text)
+                rows.append(_row(s, task, hw, split, "sampled"))
+    return rows
+
+
+def finetune_rows(records: Sequence[dict], task: Task, hw: Hardware, top_k: int, split: str,
+                  skipped: Counter) -> list[dict]:
+    """The ``top_k`` fastest successful records of each sketch of one task on one hardware."""
+    from tlm.language import LanguageError, encode
+
+    ok = [r for r in records if r.get("latency_s") is not None and not r.get("error")]
+    ok.sort(key=lambda r: (r["latency_s"], r.get("record_id") or ""))
+    if not ok:
+        return []
+    best = ok[0]["latency_s"]
+    per_sketch: dict[int, int] = defaultdict(int)
+    rows = []
+    for r in ok:
+        try:
+            s = encode(task, hw, r["trace_json"])
+        except LanguageError as exc:
+            skipped[f"not expressible: {exc.reason[:60]}"] += 1
+            continue
+        if per_sketch[s.sketch_id] >= top_k:
+            continue
+        per_sketch[s.sketch_id] += 1
+        rows.append(_row(s, task, hw, split, "measured", r["latency_s"], best / r["latency_s"], r.get("record_id")))
+    return rows
+
+
+def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = None, *,
+                   progress: bool = True) -> BuildSummary:
+    """Write ``pretrain.parquet`` and ``finetune.parquet`` under ``out_dir`` (never overwrites)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tqdm import tqdm
+
+    from tlm.space import SpaceError
+
+    config = config or DatasetConfig()
+    os.makedirs(out_dir, exist_ok=True)
+    for name in (PRETRAIN_FILE, FINETUNE_FILE):
+        if os.path.exists(os.path.join(out_dir, name)):
+            raise FileExistsError(f"{os.path.join(out_dir, name)} exists; choose a new output directory")
+    tasks = load_tasks(corpus)
+    keys = config.hardware_keys or tuple(sorted(corpus.stats()["by_hardware"]))
+    hardware = load_hardware(corpus, keys)
+    summary = BuildSummary(out_dir=out_dir, tasks=len(tasks), hardware=sorted(hardware))
+    skipped: Counter = Counter()
+    pre, fine = [], []
+    cols = ["record_id", "workload_key", "trace_json", "latency_s", "error"]
+    for hk, hw in hardware.items():
+        table = corpus.scan({"hardware_key": hk}, columns=cols)
+        by_task: dict[str, list[dict]] = defaultdict(list)
+        for r in table.to_pylist():
+            by_task[r["workload_key"]].append(r)
+        for wk, (task, models) in tqdm(sorted(tasks.items()), desc=f"sentences {hk}", disable=not progress):
+            split = split_of(models, config.held_out_models)
+            try:
+                pre += pretrain_rows(task, hw, config.pretrain_per_sketch, split, config.seed)
+                fine += finetune_rows(by_task.get(wk, []), task, hw, config.finetune_top_k, split, skipped)
+            except (SpaceError, Exception) as exc:  # noqa: BLE001 - one bad task never stops a build
+                skipped[f"task failed: {type(exc).__name__}"] += 1
+                logger.warning("task %s on %s skipped: %s", task.task_name, hk, str(exc)[:300])
+    schema = pa.schema([
+        ("text", pa.string()), ("prompt_len", pa.int32()), ("n_tokens", pa.int32()),
+        ("workload_key", pa.string()), ("hardware_key", pa.string()), ("task_name", pa.string()),
+        ("op_kind", pa.string()), ("sketch_id", pa.int32()), ("split", pa.string()), ("source", pa.string()),
+        ("latency_s", pa.float64()), ("label", pa.float64()), ("record_id", pa.string()),
+    ])
+    meta = {b"tlm.dataset_config": json.dumps(asdict(config)).encode()}
+    for name, rows in ((PRETRAIN_FILE, pre), (FINETUNE_FILE, fine)):
+        tab = pa.Table.from_pylist(rows, schema=schema).replace_schema_metadata(meta)
+        tmp = os.path.join(out_dir, f".{name}.tmp")
+        pq.write_table(tab, tmp)
+        os.replace(tmp, os.path.join(out_dir, name))
+    summary.pretrain_rows, summary.finetune_rows = len(pre), len(fine)
+    summary.skipped = dict(skipped)
+    logger.info("wrote %d pretraining and %d fine-tuning sentences to %s", len(pre), len(fine), out_dir)
+    return summary
+
+
+def dataset_stats(out_dir: str, tokenizer: Any | None = None, *, bins: Sequence[int] = (64, 128, 256, 512, 1024, 2048)) -> dict:
+    """Sizes, token-length histograms and vocabulary coverage of the sets in ``out_dir``."""
+    import pyarrow.parquet as pq
+
+    from tlm.tokenizer import build_tokenizer
+
+    tokenizer = tokenizer or build_tokenizer()
+    vocab = tokenizer.get_vocab()
+    out: dict[str, Any] = {"vocabulary_size": len(vocab)}
+    for name in (PRETRAIN_FILE, FINETUNE_FILE):
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} does not exist; run `tlm dataset build` first")
+        tab = pq.read_table(path, columns=["text", "n_tokens", "split", "op_kind", "prompt_len"])
+        lengths = tab.column("n_tokens").to_pylist()
+        hist: dict[str, int] = {}
+        lo = 0
+        for hi in bins:
+            hist[f"{lo + 1}-{hi}"] = sum(lo < n <= hi for n in lengths)
+            lo = hi
+        hist[f">{lo}"] = sum(n > lo for n in lengths)
+        words, unknown, used = 0, Counter(), set()
+        dec_words, dec_unknown = 0, 0
+        for text, plen in zip(tab.column("text").to_pylist(), tab.column("prompt_len").to_pylist()):
+            ws = text.split()
+            words += len(ws)
+            used.update(ws)
+            for i, w in enumerate(ws):
+                if w not in vocab:
+                    unknown[w] += 1
+                    dec_unknown += i >= plen
+            dec_words += len(ws) - plen
+        by_kind: dict[str, list[int]] = defaultdict(list)
+        for k, n in zip(tab.column("op_kind").to_pylist(), lengths):
+            by_kind[k or "unknown"].append(n)
+        out[name] = {
+            "rows": tab.num_rows,
+            "splits": dict(Counter(tab.column("split").to_pylist())),
+            "tokens_mean": round(sum(lengths) / len(lengths), 1) if lengths else 0,
+            "tokens_max": max(lengths) if lengths else 0,
+            "length_histogram": hist,
+            "by_op_kind": {k: {"rows": len(v), "mean": round(sum(v) / len(v), 1), "max": max(v)}
+                           for k, v in sorted(by_kind.items())},
+            "word_coverage": round(1 - sum(unknown.values()) / words, 6) if words else 1.0,
+            "decision_word_coverage": round(1 - dec_unknown / dec_words, 6) if dec_words else 1.0,
+            "vocabulary_used": len(used & set(vocab)),
+            "unknown_words": dict(unknown.most_common(10)),
+        }
+    return out
