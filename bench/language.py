@@ -1,0 +1,192 @@
+"""Benchmark of the tensor language: encode/decode throughput, sentence lengths, legal-word cost.
+
+Side by side with the plain library path: validating a candidate the MetaSchedule way
+(``Trace.apply_to_schedule`` on a fresh schedule + every postprocessor), which is what
+check-and-drop generation pays per candidate, against our per-step cost of computing the
+legal words while replaying incrementally (target: <= 1 ms per decision step).
+
+Tasks are real: the heaviest few of each op kind from small zoo models (ResNet-50, BERT,
+GPT-2; ``collectors.tasks.extract_tasks(..., small=True)``) on this machine's CPU.
+
+    .venv/bin/python -m bench.language [--per-kind 2] [--walks 3] [--out bench/results/language.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import time
+from collections import defaultdict
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def pick_tasks(hw: Any, models: list[str], per_kind: int) -> list:
+    from collectors.tasks import extract_tasks
+
+    chosen, seen = [], defaultdict(int)
+    for m in models:
+        for t in extract_tasks(m, hw, small=True):
+            if seen[t.op_kind] < per_kind:
+                seen[t.op_kind] += 1
+                chosen.append(t)
+    return chosen
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
+
+
+def _summary_ms(xs: list[float]) -> dict:
+    if not xs:
+        return {"n": 0}
+    return {"n": len(xs), "mean_ms": round(1e3 * statistics.fmean(xs), 4), "p50_ms": round(1e3 * _pct(xs, 0.5), 4),
+            "p95_ms": round(1e3 * _pct(xs, 0.95), 4), "max_ms": round(1e3 * max(xs), 4)}
+
+
+def run(per_kind: int, walks: int, seed: int) -> dict:
+    import collectors.fast_import as fast_import
+
+    fast_import.install()
+    from collectors.hardware import detect_hardware
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    import tlm.language as L
+    from tlm.constrained import apply_sentence, check_trace, postprocs
+    from tlm.language import decode, encode, legal_next_tokens, prompt_tokens
+    from tlm.replay import _LOCATION_CACHE
+    from tlm.space import build_space
+
+    rng = random.Random(seed)
+    hw = detect_hardware("cpu")
+    t0 = time.perf_counter()
+    tasks = pick_tasks(hw, ["resnet50", "bert_base", "gpt2"], per_kind)
+    extract_s = time.perf_counter() - t0
+
+    # -- design spaces and sampled traces ------------------------------------------------
+    traces, space_s = [], []
+    for task in tasks:
+        t = time.perf_counter()
+        space = build_space(task, hw)
+        space_s.append(time.perf_counter() - t)
+        postprocs(task, hw)
+        for sk in space.sketches:
+            sch = Schedule(task.mod, seed=rng.randint(1, 10**6))
+            Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+            traces.append((task, sch.trace))
+
+    # -- encode / decode throughput; lengths per op kind ----------------------------------
+    sentences, enc_s, dec_s = [], [], []
+    lengths: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for task, tr in traces:
+        t = time.perf_counter()
+        s = encode(task, hw, tr)
+        enc_s.append(time.perf_counter() - t)
+        sentences.append((task, s))
+        lengths[task.op_kind].append((len(s.tokens), len(s.decisions)))
+    _LOCATION_CACHE.clear()
+    for task, s in sentences:
+        t = time.perf_counter()
+        decode(s, task, hw)
+        dec_s.append(time.perf_counter() - t)
+
+    # -- plain library path: apply whole trace + postprocs per candidate -------------------
+    plain_apply, plain_full = [], []
+    for task, tr in traces:
+        t = time.perf_counter()
+        sch = Schedule(task.mod)
+        tr.apply_to_schedule(sch, remove_postproc=True)
+        plain_apply.append(time.perf_counter() - t)
+        sch.enter_postproc()
+        for p in postprocs(task, hw):
+            p.apply(sch)
+        plain_full.append(time.perf_counter() - t)
+
+    # -- constrained random walks: cost of legal words per decision step -------------------
+    def walk_all(label: str) -> dict:
+        per_kind_steps: dict[str, list[float]] = defaultdict(list)
+        all_steps, per_sentence, checked = [], [], 0
+        for task in tasks:
+            space = build_space(task, hw)
+            for sk in space.sketches:
+                for _ in range(walks):
+                    words = prompt_tokens(space, sk)
+                    start = time.perf_counter()
+                    while words[-1] != L.EOS:
+                        t = time.perf_counter()
+                        legal = legal_next_tokens(words, task, hw)
+                        dt = time.perf_counter() - t
+                        cur = None
+                        st = L._STATES._states.get((space.uid, tuple(words)))
+                        if st is not None and not st.ended:
+                            cur = st.replay.current()
+                        kind = (cur[0].kind if cur else "end")
+                        per_kind_steps[kind].append(dt)
+                        all_steps.append(dt)
+                        words.append(rng.choice(sorted(legal)))
+                    per_sentence.append(time.perf_counter() - start)
+                    apply_sentence(words, task, hw)  # raises if anything is invalid
+                    checked += 1
+        return {"label": label, "sentences_checked_valid": checked, "per_step": _summary_ms(all_steps),
+                "per_step_by_choice": {k: _summary_ms(v) for k, v in sorted(per_kind_steps.items())},
+                "per_sentence": _summary_ms(per_sentence)}
+
+    _LOCATION_CACHE.clear()
+    cold = walk_all("cold caches (first walks)")
+    warm = walk_all("warm compute-location cache")
+
+    n = len(traces)
+    result = {
+        "machine": {"platform": platform.platform(), "cpu": hw.description, "hardware_key": hw.key,
+                    "load_avg_1m": os.getloadavg()[0]},
+        "tasks": [{"task": t.task_name, "op_kind": t.op_kind, "model": t.model} for t in tasks],
+        "extract_tasks_s": round(extract_s, 2),
+        "build_space": _summary_ms(space_s),
+        "sentences": n,
+        "encode": {"sentences_per_s": round(n / sum(enc_s), 1), **_summary_ms(enc_s)},
+        "decode_checked": {"sentences_per_s": round(n / sum(dec_s), 1), **_summary_ms(dec_s),
+                           "note": "decode replays the sketch live and checks every decision"},
+        "length_by_op_kind": {k: {"sentences": len(v), "mean_tokens": round(statistics.fmean(a for a, _ in v), 1),
+                                  "max_tokens": max(a for a, _ in v),
+                                  "mean_decision_tokens": round(statistics.fmean(b for _, b in v), 1),
+                                  "max_decision_tokens": max(b for _, b in v)} for k, v in sorted(lengths.items())},
+        "plain_library_path": {
+            "apply_trace_per_candidate": _summary_ms(plain_apply),
+            "apply_trace_plus_postprocs_per_candidate": _summary_ms(plain_full),
+            "note": "what check-and-drop generation pays per candidate (and per step if it re-applied the prefix)",
+        },
+        "constrained_walks_cold": cold,
+        "constrained_walks_warm": warm,
+        "target_ms_per_step": 1.0,
+    }
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--per-kind", type=int, default=2, help="tasks per op kind")
+    p.add_argument("--walks", type=int, default=3, help="random legal walks per sketch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "language.json"))
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    result = run(args.per_kind, args.walks, args.seed)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps({k: result[k] for k in ("sentences", "encode", "decode_checked", "plain_library_path")}, indent=1))
+    print(json.dumps({"cold": result["constrained_walks_cold"]["per_step"],
+                      "warm": result["constrained_walks_warm"]["per_step"],
+                      "cold_by_choice": result["constrained_walks_cold"]["per_step_by_choice"]}, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
