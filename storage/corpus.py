@@ -64,6 +64,7 @@ QUARANTINE_DIR = "quarantine"  # under the corpus root; bad parts are moved here
 ID_CHUNK = 5000  # ids per "IN (...)" query: under every backend's bound-parameter limit
 MAX_REGISTER_ATTEMPTS = 20  # retries of step 4 above before giving up (each one means real contention)
 OPEN_FILES = 64  # Parquet footers kept open for top_k
+TOP_CACHE = 32  # fastest records per (workload, hardware) whose full row is cached in the index for top_k
 
 
 def _now() -> _dt.datetime:
@@ -342,8 +343,40 @@ class Corpus:
                 )
             ).inserted_primary_key[0]
             rows = [(r, w, hw, lat, part_id, i) for i, (r, w, lat) in enumerate(cols)]
+            payloads = self._top_payloads(conn, table, hw)
             rows.sort()  # same key order in every writer: fewer lock waits and no deadlock cycles
             ix.insert_records(conn, rows)
+            if payloads:
+                conn.execute(sa.insert(ix.top_payloads), payloads)
+
+    def _top_payloads(self, conn: sa.Connection, table: pa.Table, hw_id: int) -> list[dict]:
+        """Payload rows for the records of ``table`` (sorted by workload, latency) that enter
+        their workload's current ``TOP_CACHE`` fastest on this hardware."""
+        wks = table["workload_key"].to_pylist()
+        lats = table["latency_s"].to_pylist()
+        r = ix.records.c
+        q = (
+            sa.select(r.latency_s)
+            .where(r.workload_key == sa.bindparam("wk"), r.hw_id == hw_id, r.latency_s.is_not(None))
+            .order_by(r.latency_s)
+            .offset(TOP_CACHE - 1)
+            .limit(1)
+        )
+        picked, start = [], 0
+        while start < len(wks):
+            end = start
+            while end < len(wks) and wks[end] == wks[start]:
+                end += 1
+            threshold = conn.execute(q, {"wk": ix.wk_to_db(wks[start])}).scalar_one_or_none()
+            for i in range(start, min(end, start + TOP_CACHE)):
+                if lats[i] is None or (threshold is not None and lats[i] >= threshold):
+                    break
+                picked.append(i)
+            start = end
+        if not picked:
+            return []
+        rows = table.take(picked).to_pylist()
+        return [{"record_id": ix.id_to_db(row["record_id"]), "payload": _row_json(row)} for row in rows]
 
     # ------------------------------------------------------------------ reading
     def _registered_parts(self, hardware_key: str | None = None) -> list[dict]:
@@ -426,12 +459,23 @@ class Corpus:
         )
         with self.engine.connect() as conn:
             hits = conn.execute(q).all()
-        if not hits:
-            return RECORD_SCHEMA.empty_table()
-        by_part: dict[str, list[int]] = {}
-        for _, path, row_idx in hits:
-            by_part.setdefault(path, []).append(row_idx)
+            if not hits:
+                return RECORD_SCHEMA.empty_table()
+            cached = {
+                bytes(rid): payload
+                for rid, payload in conn.execute(
+                    sa.select(ix.top_payloads.c.record_id, ix.top_payloads.c.payload).where(
+                        ix.top_payloads.c.record_id.in_([bytes(h[0]) for h in hits])
+                    )
+                )
+            }
         pieces = []
+        if cached:
+            pieces.append(pa.Table.from_pylist([_row_from_json(p) for p in cached.values()], schema=RECORD_SCHEMA))
+        by_part: dict[str, list[int]] = {}
+        for rid, path, row_idx in hits:
+            if bytes(rid) not in cached:
+                by_part.setdefault(path, []).append(row_idx)
         for path, idxs in by_part.items():
             pf, starts = self._open_part(path)
             groups = sorted({_group_of(starts, i) for i in idxs})
@@ -605,6 +649,8 @@ class Corpus:
                         reason = f"{n} rows on disk, {part['rows']} registered"
             if reason is not None or not path.exists():
                 with ix.write(self.engine) as conn:
+                    gone = sa.select(ix.records.c.record_id).where(ix.records.c.part_id == part["part_id"])
+                    conn.execute(sa.delete(ix.top_payloads).where(ix.top_payloads.c.record_id.in_(gone)))
                     conn.execute(sa.delete(ix.records).where(ix.records.c.part_id == part["part_id"]))
                     conn.execute(sa.delete(ix.parts).where(ix.parts.c.part_id == part["part_id"]))
                 with self._lock:
@@ -684,6 +730,7 @@ class Corpus:
         with ix.write(self.engine) as conn:
             conn.execute(sa.delete(ix.records))
             conn.execute(sa.delete(ix.parts))
+            conn.execute(sa.delete(ix.top_payloads))  # a cache: rebuilt by later appends, top_k falls back meanwhile
             if parts_rows:
                 conn.execute(sa.insert(ix.parts), parts_rows)
             for i in range(0, len(rec_rows), 50_000):
@@ -696,6 +743,17 @@ class Corpus:
             self._files.clear()
         report.parts, report.records = len(parts_rows), len(rec_rows)
         return report
+
+
+def _row_json(row: dict) -> str:
+    """A record row as JSON (datetimes as ISO 8601) for ``top_payloads``."""
+    return json.dumps({k: (v.isoformat() if isinstance(v, _dt.datetime) else v) for k, v in row.items()})
+
+
+def _row_from_json(text: str) -> dict:
+    row = json.loads(text)
+    row["created_at"] = _dt.datetime.fromisoformat(row["created_at"])
+    return row
 
 
 def _group_of(starts: list[int], row: int) -> int:

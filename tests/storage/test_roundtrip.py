@@ -147,3 +147,16 @@ def test_registry_runs_and_task_status(corpus):
     assert r["finished_at"] >= r["started_at"]
     with pytest.raises(Exception, match="unknown run id"):
         corpus.finish_run("nope")
+
+
+def test_top_k_beyond_the_cached_fastest(corpus, records):
+    """k larger than the index's payload cache mixes cached rows and rows read from Parquet."""
+    from storage.corpus import TOP_CACHE
+
+    corpus.append(records(TOP_CACHE + 10, workloads=1))
+    corpus.append(records(TOP_CACHE + 10, workloads=1, start=100, seed=3))  # some faster, some slower
+    everything = corpus.scan().to_pylist()
+    want = sorted(everything, key=lambda r: (r["latency_s"], r["record_id"]))
+    k = 2 * TOP_CACHE + 5
+    got = corpus.top_k(f"{0:016x}", HW, k).to_pylist()
+    assert got == want[:k]
