@@ -52,9 +52,10 @@ def _probe(sch: Any, block_rv: Any, decision: int) -> int:
     return got
 
 
-#: Compute-location candidates by (space key, sketch, instruction, earlier tile/location
-#: decisions): those decisions fix every loop extent and attachment before the choice, so
-#: the candidates are a function of the key. Probing costs one TVM CollectComputeLocation
+#: Compute-location candidates by (space key, sketch, instruction, which earlier tile factors
+#: are 1, earlier locations): these fix which loops exist, which are unit loops (skipped by
+#: CollectComputeLocation) and where blocks are attached, so the candidates are a function of
+#: the key (checked against fresh probes in tests/tlm/test_constrained.py). Probing costs one TVM CollectComputeLocation
 #: per candidate, the most expensive step of constrained decoding; the cache amortises it.
 _LOCATION_CACHE: dict[tuple, tuple[int, ...]] = {}
 _LOCATION_CACHE_SIZE = 200_000
@@ -200,5 +201,8 @@ class LiveReplay:
         if choice.kind == "parallel":
             return decision
         if choice.kind in ("tile", "ptile", "at"):
-            self._given.append((i, tuple(value) if isinstance(value, list) else value))
+            # Only which factors are 1 matters for compute locations (unit loops are skipped;
+            # CanComputeAt depends on the loop structure, not on extents): keying the cache on
+            # the unit pattern lets walks with other factors reuse the probed candidates.
+            self._given.append((i, tuple(int(v) == 1 for v in value) if isinstance(value, list) else value))
         return value

@@ -103,3 +103,51 @@ def test_repaired_programs_are_caught(tasks, cpu_hw):
     want = {c.inst_index: v for c, v in values if c.kind == "tile"}
     with pytest.raises(InvalidProgram, match="requested decision \\[7, 1, 1, 1\\]"):
         check_trace(build_trace(sk, values), want, task, cpu_hw)
+
+
+@pytest.mark.parametrize("name", ["softmax", "conv2d"])
+def test_cached_compute_locations_equal_fresh_probes(tasks, cpu_hw, name):
+    """The location cache is keyed on the unit-factor pattern: check it against TVM itself.
+
+    Walk A is random; walk B picks other factors with the same 1/not-1 pattern, so its
+    compute-location step hits A's cache entry; the cached candidates must equal a probe.
+    """
+    import random
+
+    from tlm.language import DecisionState
+    from tlm.replay import _LOCATION_CACHE, compute_locations
+
+    task = tasks[name]
+    space = build_space(task, cpu_hw)
+    rng = random.Random(3)
+    compared = 0
+
+    def walk(sk, like=None):
+        nonlocal compared
+        st, words = DecisionState(space, sk, 0), []
+        while not st.ended:
+            cur = st.replay.current()
+            legal = sorted(st.legal())
+            if cur is not None and cur[0].kind == "at" and st._in_group and like is not None:
+                if cur[1].key in _LOCATION_CACHE:  # probed by walk A (same key)
+                    cached = _LOCATION_CACHE[cur[1].key]
+                    assert cached == tuple(compute_locations(cur[1].sch, cur[1].block_rv))
+                    compared += 1
+            if like is not None and len(words) < len(like) and cur is not None and cur[0].kind == "tile" \
+                    and like[len(words)].isdigit():
+                same = [w for w in legal if w.isdigit() and (w == "1") == (like[len(words)] == "1")]
+                w = rng.choice(same) if same else rng.choice(legal)
+            elif like is not None and len(words) < len(like) and like[len(words)] in legal:
+                w = like[len(words)]
+            else:
+                w = rng.choice(legal)
+            words.append(w)
+            st.feed(w)
+        st.close()
+        return words
+
+    for _ in range(3):
+        for sk in space.sketches:
+            if any(c.kind == "at" for c in sk.choices):
+                walk(sk, like=walk(sk))
+    assert compared >= 3
