@@ -66,7 +66,10 @@ def install() -> bool:
 
 
 def install_for_target(target: Any) -> bool:
-    """Install the stand-in when ``target`` is a CPU target (llvm); do nothing for CUDA.
+    """Install the stand-in when ``target`` is a CPU target (llvm).
+
+    For a CUDA target nothing is replaced; if the stand-in is already in place (a CPU tune ran
+    in this process), the CUDA intrinsics are loaded into it so CUDA rules see them.
 
     ``target`` may be a ``tvm.target.Target``, a dict such as ``{"kind": "llvm", ...}``, or
     a kind string. Returns whether the stand-in is in place.
@@ -74,6 +77,12 @@ def install_for_target(target: Any) -> bool:
     kind = _target_kind(target)
     if kind == "llvm":
         return install()
+    if is_installed():
+        # A CPU tune in this process installed the stand-in: CUDA needs its intrinsics too.
+        cuda = importlib.import_module(_NAME + ".cuda")
+        sys.modules[_NAME].cuda = cuda  # type: ignore[attr-defined]
+        logger.info("loaded the CUDA tensor intrinsics into the light tensor_intrin module")
+        return True
     return False
 
 

@@ -129,9 +129,16 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
             enable_cpu_cache_flush=False,
         )
         f_run = None
+        params = config.params()
         if config.check_correctness:
-            ref = make_reference(mod, seed=config.seed, path=os.path.join(work_dir, "reference.npz"))
-            f_run = functools.partial(checked_run_evaluator, reference_path=ref.path)
+            try:
+                ref = make_reference(mod, seed=config.seed, path=os.path.join(work_dir, "reference.npz"))
+                f_run = functools.partial(checked_run_evaluator, reference_path=ref.path)
+            except Exception as exc:  # noqa: BLE001 - e.g. a dtype numpy cannot hold
+                # Tune anyway, but say so in every record: these latencies are unchecked.
+                logger.warning("no reference for %s (%s): its records are not checked", task.task_name, exc)
+                params["check_correctness"] = False
+                params["correctness_unavailable"] = f"{type(exc).__name__}: {exc}"[:200]
         builder = ms.builder.LocalBuilder(
             max_workers=config.builder_workers or hardware.cores, timeout_sec=config.build_timeout_s,
             initializer=install if is_cpu else None,
@@ -143,19 +150,21 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
         base = {
             "workload_key": task.workload_key, "hardware_key": hardware.key,
             "target": json.dumps(hardware.target, sort_keys=True), "task_name": task.task_name,
-            "tuner": config.strategy, "tuner_params": json.dumps(config.params(), sort_keys=True),
+            "tuner": config.strategy, "tuner_params": json.dumps(params, sort_keys=True),
             "run_id": run_id, "node": socket.gethostname(), "tvm_version": _tvm_version(),
         }
         recorder = _make_recorder(sketches, base, summary, on_records, progress, config.trials)
-        ms.tune.tune_tasks(
-            tasks=[ctx], task_weights=[1.0], work_dir=work_dir,
-            max_trials_global=config.trials, max_trials_per_task=config.trials,
-            num_trials_per_iter=min(config.trials_per_iter, config.trials),
-            builder=builder, runner=runner, database=ms.database.MemoryDatabase(),
-            cost_model=config.resolved_cost_model,
-            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), recorder],
-            task_scheduler="gradient",
-        )
+        with _InterruptGuard() as guard:
+            guard.run(
+                ms.tune.tune_tasks,
+                tasks=[ctx], task_weights=[1.0], work_dir=work_dir,
+                max_trials_global=config.trials, max_trials_per_task=config.trials,
+                num_trials_per_iter=min(config.trials_per_iter, config.trials),
+                builder=builder, runner=runner, database=ms.database.MemoryDatabase(),
+                cost_model=config.resolved_cost_model,
+                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), recorder],
+                task_scheduler="gradient",
+            )
         if recorder.pending_exc is not None:  # an exception in on_records (e.g. Ctrl-C)
             raise recorder.pending_exc
     finally:
@@ -169,6 +178,52 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
     logger.debug("tuned %s on %s: %d records, best %s s", task.task_name, hardware.key,
                  summary.records, summary.best_latency_s)
     return summary
+
+
+class _InterruptGuard:
+    """Keeps Ctrl-C a KeyboardInterrupt across MetaSchedule's C++ loop.
+
+    A KeyboardInterrupt raised in Python code that C++ called (builder, runner, callbacks)
+    comes back out of ``tune_tasks`` as a bare RuntimeError, which would look like a failed
+    task. While tuning, SIGINT is noted (main thread only); any error after one is re-raised
+    as KeyboardInterrupt.
+    """
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._previous = None
+
+    def __enter__(self) -> "_InterruptGuard":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+
+            def handler(signum, frame):
+                self.interrupted = True
+                if callable(previous):
+                    previous(signum, frame)
+                else:
+                    raise KeyboardInterrupt
+
+            self._previous = previous
+            signal.signal(signal.SIGINT, handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            import signal
+
+            signal.signal(signal.SIGINT, self._previous)
+
+    def run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if self.interrupted:
+                raise KeyboardInterrupt from exc
+            raise
 
 
 def _make_recorder(sketches, base, summary, on_records, progress, total):

@@ -15,14 +15,14 @@ from collectors.workloads import matmul as te_matmul
 
 def test_fast_import_registers_x86_only_in_a_fresh_process():
     code = (
-        "import time, sys; t=time.time(); import collectors.fast_import as f; ok=f.install();"
+        "import sys; import collectors.fast_import as f; ok=f.install();"
         "import tvm.s_tir.tensor_intrin as ti; from tvm.s_tir import TensorIntrin;"
         "TensorIntrin.get('dot_16x4_avx512');"
-        "print(ok, f.is_installed(), 'tvm.s_tir.tensor_intrin.cuda' in sys.modules, time.time()-t)"
+        "heavy=[m for m in ('cuda','arm_cpu','hexagon','rocm') if 'tvm.s_tir.tensor_intrin.'+m in sys.modules];"
+        "print(ok, f.is_installed(), f.install(), len(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out[:3] == ["True", "True", "False"]
-    assert float(out[3]) < 12.0  # the full import alone takes ~16 s
+    assert out == ["True", "True", "True", "0"]  # x86 intrinsics registered, no other backend's
 
 
 def test_matmul_design_space_has_three_distinct_sketches(matmul_mod, cpu_hw):
