@@ -18,6 +18,11 @@ A crash between 3 and 4 leaves a complete but unregistered part: invisible to ``
 ``top_k`` (they read only registered parts), reported by ``verify``, registered by ``reindex``.
 A crash during 3 leaves a hidden ``.tmp`` file that no reader sees; ``reindex`` deletes it.
 
+``top_k`` ranks with the index (``ix_records_topk``) and returns whole records: those among the
+fastest ``TOP_CACHE`` of their workload when appended come from ``top_payloads`` in the index
+(written in the append's transaction); any other is read from its part's row group (rows in a
+part are sorted by workload and latency, so that is one small read per part).
+
 ``reindex`` and the repair half of ``verify`` assume no writer is active (run them from the CLI
 when the collection is stopped). ``verify`` rehashes every registered part; a missing, truncated
 or corrupt one is moved to ``<root>/quarantine/`` (if present), its index rows removed, and it is
@@ -32,6 +37,7 @@ import os
 import shutil
 import threading
 import uuid
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +70,7 @@ QUARANTINE_DIR = "quarantine"  # under the corpus root; bad parts are moved here
 ID_CHUNK = 5000  # ids per "IN (...)" query: under every backend's bound-parameter limit
 MAX_REGISTER_ATTEMPTS = 20  # retries of step 4 above before giving up (each one means real contention)
 OPEN_FILES = 64  # Parquet footers kept open for top_k
-TOP_CACHE = 32  # fastest records per (workload, hardware) whose full row is cached in the index for top_k
+TOP_CACHE = 16  # fastest records per (workload, hardware) whose full row is cached in the index for top_k
 
 
 def _now() -> _dt.datetime:
@@ -745,13 +751,14 @@ class Corpus:
         return report
 
 
-def _row_json(row: dict) -> str:
-    """A record row as JSON (datetimes as ISO 8601) for ``top_payloads``."""
-    return json.dumps({k: (v.isoformat() if isinstance(v, _dt.datetime) else v) for k, v in row.items()})
+def _row_json(row: dict) -> bytes:
+    """A record row as zlib-compressed JSON (datetimes as ISO 8601) for ``top_payloads``."""
+    text = json.dumps({k: (v.isoformat() if isinstance(v, _dt.datetime) else v) for k, v in row.items()})
+    return zlib.compress(text.encode(), 6)
 
 
-def _row_from_json(text: str) -> dict:
-    row = json.loads(text)
+def _row_from_json(blob: bytes) -> dict:
+    row = json.loads(zlib.decompress(blob))
     row["created_at"] = _dt.datetime.fromisoformat(row["created_at"])
     return row
 
