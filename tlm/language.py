@@ -368,6 +368,7 @@ class DecisionState:
         self._in_group = False
         self._typed: list[str] = []  # words of the number being written
         self._factors: list[int] = []  # tile factors of the group being written
+        self._gpu_cache: dict[tuple, list[int]] = {}  # thread-feasible factors per position
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -390,6 +391,20 @@ class DecisionState:
             nxt |= words
         return nxt
 
+    def _thread_feasible(self, choice: Choice, extent: int, values: list[int]) -> list[int]:
+        """GPU: keep the factors that let every thread-bound loop stay in its legal range."""
+        from tlm.gpu import feasible_factors
+
+        key = (choice.inst_index, tuple(self._factors), extent)
+        hit = self._gpu_cache.get(key)
+        if hit is None:
+            tiles = {c.inst_index: (c.n, c.extent) for c in self.sketch.choices if c.kind == "tile"}
+            done = {c.inst_index: v for c, v in self.values if c.kind == "tile"}
+            hit = feasible_factors(self.sketch.thread_groups, tiles, done, choice.inst_index,
+                                   self._factors, extent, values)
+            self._gpu_cache[key] = hit
+        return hit
+
     def _allowed(self, word: str) -> bool:
         """``word in self.legal()``, without listing every compute location when reading."""
         cur = self.replay.current() if not self.ended else None
@@ -405,7 +420,10 @@ class DecisionState:
     def _values(self, choice: Choice, domain: Any) -> tuple[list[int], set[str]]:
         """(legal numeric values, legal non-numeric words) of the value being written."""
         if choice.kind in ("tile", "ptile"):
-            return tile_factor_values(choice, domain.extent, self._factors), set()
+            values = tile_factor_values(choice, domain.extent, self._factors)
+            if self.sketch.thread_groups and choice.kind == "tile":
+                values = self._thread_feasible(choice, domain.extent, values)
+            return values, set()
         if choice.kind == "pick":
             return sorted(set(choice.candidates)), set()
         if choice.kind == "parallel":

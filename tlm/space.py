@@ -95,6 +95,7 @@ class Sketch:
     skeleton: tuple[str, ...] = ()  # collectors.design_space.skeleton of the full trace
     simple_skeleton: tuple[str, ...] = ()  # ... of the dead-code-free trace
     simple_choice_index: tuple[int, ...] = ()  # choice positions in the simplified trace
+    thread_groups: tuple = ()  # GPU: tlm.gpu.ThreadGroup bounds on products of tile factors
 
     @property
     def insts(self) -> list:
@@ -161,7 +162,10 @@ def _build(task: Task, hardware: Hardware) -> Space:
     if hardware.kind == "cuda":
         _ensure_cuda_intrinsics()
     schedules = design_space(task.mod, target)
-    sketches = [_describe(i, sch.trace, task.mod, skeleton) for i, sch in enumerate(schedules)]
+    max_threads = None
+    if hardware.kind == "cuda":
+        max_threads = int(hardware.target.get("max_threads_per_block", 1024))
+    sketches = [_describe(i, sch.trace, task.mod, skeleton, max_threads) for i, sch in enumerate(schedules)]
     logger.debug("space of %s on %s: %d sketches", task.task_name, hardware.key, len(sketches))
     return Space(task=task, hardware=hardware, target=target, sketches=sketches)
 
@@ -177,7 +181,7 @@ def _ensure_cuda_intrinsics() -> None:
         importlib.import_module("tvm.s_tir.tensor_intrin.cuda")
 
 
-def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn) -> Sketch:
+def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn, max_threads: int | None = None) -> Sketch:
     from collectors.design_space import plain_json
 
     kinds: list[str] = []
@@ -211,8 +215,13 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn) -> Sketch:
     full_index = _choice_positions(trace)
     if len(simple_index) != len(full_index):
         simple_index = ()  # a dead choice: simplified traces of this sketch are not expressible
+    groups: tuple = ()
+    if max_threads is not None:
+        from tlm.gpu import thread_groups
+
+        groups = thread_groups(plain_json(trace.as_json(remove_postproc=True))[0], max_threads)
     return Sketch(
-        sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), choices=tuple(choices),
+        sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), choices=tuple(choices), thread_groups=groups,
         ann_keys=ann_keys, skeleton=skeleton_fn(trace), simple_skeleton=skeleton_fn(simple),
         simple_choice_index=tuple(simple_index),
     )
