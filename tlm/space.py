@@ -136,8 +136,22 @@ _CACHE: dict[tuple, Space] = {}
 _CACHE_SIZE = 512
 
 
+_NAMES: dict[int, tuple[Any, tuple[str, ...]]] = {}
+
+
 def block_names(mod: Any) -> tuple[str, ...]:
-    """Names of every block of the ``main`` PrimFunc, in program order."""
+    """Names of every block of the ``main`` PrimFunc, in program order (cached per module)."""
+    hit = _NAMES.get(id(mod))
+    if hit is not None and hit[0] is mod:
+        return hit[1]
+    names = _walk_block_names(mod)
+    if len(_NAMES) > 4096:
+        _NAMES.clear()
+    _NAMES[id(mod)] = (mod, names)  # keeps mod alive, so the id is not reused while cached
+    return names
+
+
+def _walk_block_names(mod: Any) -> tuple[str, ...]:
     func = mod["main"] if hasattr(mod, "functions") else mod
     out: list[str] = []
 
