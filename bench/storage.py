@@ -181,15 +181,20 @@ def run(cfg: BenchConfig, out: Path, workdir: Path) -> dict:
                                                       r.latency_s.is_not(None)).order_by(r.latency_s).limit(cfg.k)).all()
             idx_times.append((time.perf_counter() - t0) * 1e3)
 
-    t0 = time.perf_counter()
-    full = corpus.scan()
-    t_scan = time.perf_counter() - t0
-    assert full.num_rows == n
-    del full
-    t0 = time.perf_counter()
-    raw_rows = ds.dataset(raw_root, format="parquet").to_table().num_rows
-    t_raw_scan = time.perf_counter() - t0
-    assert raw_rows == n
+    # Full scans, interleaved twice: the first scan in a process pays allocator and page-fault
+    # warm-up (measured: the same files read 3-8x faster the second time), so neither side gets
+    # a warm start the other lacks. Both runs are reported; the comparison uses the second.
+    scan_runs: dict[str, list[float]] = {"corpus": [], "plain": []}
+    for _ in range(2):
+        t0 = time.perf_counter()
+        rows = corpus.scan().num_rows
+        scan_runs["corpus"].append(time.perf_counter() - t0)
+        assert rows == n
+        t0 = time.perf_counter()
+        rows = ds.dataset(raw_root, format="parquet").to_table().num_rows
+        scan_runs["plain"].append(time.perf_counter() - t0)
+        assert rows == n
+    t_scan, t_raw_scan = scan_runs["corpus"][1], scan_runs["plain"][1]
     t0 = time.perf_counter()
     lat_rows = corpus.scan(columns=["workload_key", "latency_s"]).num_rows
     t_scan_cols = time.perf_counter() - t0
@@ -216,10 +221,12 @@ def run(cfg: BenchConfig, out: Path, workdir: Path) -> dict:
             "cold_p50_ms": round(_pct(passes[0], .5), 3), "cold_p95_ms": round(_pct(passes[0], .95), 3),
             "p50_ms": round(_pct(passes[1], .5), 3), "p95_ms": round(_pct(passes[1], .95), 3),
             "index_query_only_p50_ms": round(_pct(idx_times, .5), 3), "index_query_only_p95_ms": round(_pct(idx_times, .95), 3),
-            "includes": "index range scan + reading the k full records (trace_json etc.) from their Parquet row groups",
+            "includes": "index range scan + the k full records (trace_json etc.) from the index's payload cache of each workload's 16 fastest (Parquet row-group fallback)",
         },
         "scan": {
-            "records": n, "seconds": round(t_scan, 2), "records_per_s": round(n / t_scan),
+            "records": n, "columns": "all 18 (trace_json ~1.8 KB per record)",
+            "seconds": round(t_scan, 2), "records_per_s": round(n / t_scan),
+            "first_run_seconds": {k: round(v[0], 2) for k, v in scan_runs.items()},
             "plain_pyarrow_dataset_seconds": round(t_raw_scan, 2), "plain_records_per_s": round(n / t_raw_scan),
             "ratio_corpus_over_plain_time": round(t_scan / t_raw_scan, 2),
             "two_columns_seconds": round(t_scan_cols, 3), "two_columns_records_per_s": round(lat_rows / t_scan_cols),
