@@ -29,20 +29,22 @@ generates. The ``parallel`` group exists because MetaSchedule's MutateParallel r
 annotation's *value* (an instruction input, not a decision), so a measured trace can differ
 from its sketch there; writing it as a choice keeps the round trip exact.
 
-Worked example (a 64x96x128 matmul + ReLU on a 2-core Zen 4, sketch 0 of 3; the skeleton is
-shortened here with "..."; a real prompt lists every instruction)::
+Worked example: C = A(64x128) @ B(128x96) then ReLU, on a 2-core Zen 4, sketch 0 of 3. This
+is the complete sentence, as ``encode`` writes it (line breaks added)::
 
-    [BOS] hw cpu arch znver4 cores 2 vector 512 isa avx2 avx512f
-    task matmul name fused matmul relu
+    [BOS] hw cpu arch znver4 cores 2 vector 512 isa sse4_2 avx avx2 fma avx512f avx512bw
+    avx512vl avx512_vnni avx512_bf16 task matmul name fused matmul relu
     block C iters S 64 S 96 R 128 dtype float32 block D iters S 64 S 96 dtype float32
     sketch 0 of 3 GetSBlock GetSBlock GetSBlock Annotate tiling_structure GetLoops
     SamplePerfectTile n 4 extent 64 inner 64 Split SamplePerfectTile n 4 extent 96 inner 64
-    Split SamplePerfectTile n 2 extent 128 inner 64 Split Reorder ... Annotate parallel max 32
-    Annotate vectorize SampleCategorical n 4 0 16 64 512 Annotate unroll_explicit decide
+    Split SamplePerfectTile n 2 extent 128 inner 64 Split Reorder GetConsumers
+    Annotate parallel max 32 Annotate vectorize SampleCategorical n 4 0 16 64 512
+    Annotate unroll_explicit decide
     tile 2 4 1 8 tile 1 6 4 4 tile 16 8 parallel 32 pick 512 [EOS]
 
-reads: split i into 2x4x1x8, j into 1x6x4x4, k into 16x8; parallelise up to 32 iterations;
-unroll up to 512 steps. ``decode`` turns it back into the sketch's trace with these decisions.
+It reads: split i (64) into 2x4x1x8, j (96) into 1x6x4x4, k (128) into 16x8; parallelise up
+to 32 iterations; unroll up to 512 steps. ``decode`` gives back the sketch's trace with
+these decisions.
 
 Unknown prompt words (an op name or CPU the vocabulary lacks) stay words in the sentence;
 the tokenizer maps them to ``[UNK]`` (see :mod:`tlm.tokenizer`). Decisions only ever use
@@ -55,12 +57,12 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from collectors.hardware import Hardware
 from collectors.task import Task
-from tlm.numbers import next_number_tokens, number_tokens, read_number
-from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, trace_insts_json
+from tlm.numbers import next_number_tokens, number_tokens
+from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space
 
 logger = logging.getLogger(__name__)
 

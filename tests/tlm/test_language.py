@@ -169,3 +169,18 @@ def test_space_lists_every_sketch_and_its_choices(tasks, cpu_hw):
     assert pick.candidates == (0, 16, 64, 512)
     soft = build_space(tasks["softmax"], cpu_hw)
     assert any(c.kind == "at" for sk in soft.sketches for c in sk.choices)
+
+
+def test_the_docstring_example_is_what_encode_writes(tasks, cpu_hw):
+    import tlm.language as L
+    from tlm.space import build_space
+
+    doc = L.__doc__
+    example = doc[doc.index("(line breaks added)::") + len("(line breaks added)::"): doc.index("It reads:")]
+    words = example.split()
+    task = tasks["matmul"]
+    space = build_space(task, cpu_hw)
+    prompt = L.prompt_tokens(space, space.sketches[0])
+    assert words[: len(prompt)] == prompt
+    back = decode(words, task, cpu_hw)
+    assert sampling_decisions(back) == [[2, 4, 1, 8], [1, 6, 4, 4], [16, 8], 3]
