@@ -26,6 +26,7 @@ import argparse
 import collections
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -259,7 +260,11 @@ def run_collection(
     if cfg.max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
     tuner, trials = status_key(tune_config)
+    tasks = list({t.workload_key: t for t in tasks}.values())  # one unit per workload
+    if "://" not in str(corpus_root):  # actors on other nodes must see the same directory
+        corpus_root = os.path.abspath(os.path.expanduser(str(corpus_root)))
     started_ray = connect(cfg.address, object_store_mb=cfg.object_store_mb)
+    _warn_if_not_shared(corpus_root, index_url)
     t0 = time.time()
     corpus = Corpus.open(corpus_root, index_url=index_url)
     present = keys_in_resources(ray.cluster_resources())
@@ -327,6 +332,19 @@ def run_collection(
             ray.shutdown()
     log.info("collection %s: %s", run_id, summary.as_dict())
     return summary
+
+
+def _warn_if_not_shared(corpus_root: str, index_url: str | None) -> None:
+    """Say so when a multi-machine cluster writes to what is probably a machine-local corpus."""
+    import ray
+
+    hosts = {n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}
+    if len(hosts) > 1 and (index_url is None or str(index_url).startswith("sqlite")):
+        log.warning(
+            "the cluster spans %d machines but the index is SQLite (%s): every node must see %s "
+            "as the same shared directory; prefer a PostgreSQL --index-url",
+            len(hosts), index_url or "default", corpus_root,
+        )
 
 
 def make_collector(

@@ -79,6 +79,11 @@ class Collector:
         self.hardware = hardware if hardware is not None else _detect(hardware_key)
         if self.hardware.key != hardware_key:
             raise ValueError(f"collector for {hardware_key!r} got hardware {self.hardware.key!r}")
+        if self.hardware.kind == "cpu":
+            # Ray sets OMP_NUM_THREADS=1 in its workers and TVM's thread pool reads it (and by
+            # default halves the core count on x86): without this, a measurement of an N-core
+            # key would run on one thread. The runner's worker processes inherit it.
+            os.environ["TVM_NUM_THREADS"] = str(self.hardware.cores)
         self.run_id = run_id
         self.host = socket.gethostname()
         self.node_id = _node_id()
@@ -96,6 +101,7 @@ class Collector:
             "host": self.host,
             "pid": os.getpid(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
         }
 
     def collect(self, task: Any, tune_config: Any) -> TaskResult:

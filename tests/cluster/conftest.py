@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 KEY_A = "cpu-sim_a-1c"
 KEY_B = "cpu-sim_b-1c"
 KEY_C = "cpu-sim_c-1c"  # added by the fault test: two nodes of the same hardware
+KEY_D = "cpu-sim_d-1c"  # added by the lost-hardware test: its only node dies
 KEY_GPU = "cuda-sm_90-fake"
 NODE_OBJECT_STORE = 80 * 1024 * 1024
 
@@ -49,7 +50,7 @@ class SimCluster:
 def sim_hardware() -> dict:
     from collectors.hardware import Hardware, cpu_hardware
 
-    hw = {k: cpu_hardware(cores=1, key=k) for k in (KEY_A, KEY_B, KEY_C)}
+    hw = {k: cpu_hardware(cores=1, key=k) for k in (KEY_A, KEY_B, KEY_C, KEY_D)}
     hw[KEY_GPU] = Hardware(key=KEY_GPU, kind="cuda", arch="sm_90", cores=132, vector_bits=1024,
                            target={"kind": "cuda", "arch": "sm_90"}, description="fake GPU for placement")
     return hw

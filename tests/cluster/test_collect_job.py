@@ -14,7 +14,8 @@ import pytest
 from cluster.collect_job import JobConfig, make_collector, run_collection
 
 # The simulated cluster's hardware keys (tests/cluster/conftest.py).
-KEY_A, KEY_B, KEY_C, KEY_GPU = "cpu-sim_a-1c", "cpu-sim_b-1c", "cpu-sim_c-1c", "cuda-sm_90-fake"
+KEY_A, KEY_B, KEY_C, KEY_D = "cpu-sim_a-1c", "cpu-sim_b-1c", "cpu-sim_c-1c", "cpu-sim_d-1c"
+KEY_GPU = "cuda-sm_90-fake"
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -103,6 +104,8 @@ def test_a_measure_slot_admits_one_collector(ray_cluster, tmp_path):
     first = make_collector(KEY_A, str(tmp_path), None, "r", ray_cluster.hardware[KEY_A])
     where = ray.get(first.where.remote(), timeout=60)
     assert where["node_id"] in ray_cluster.node_ids[KEY_A]
+    # Measurements use the key's cores, not the one thread Ray's OMP_NUM_THREADS=1 would give.
+    assert where["tvm_num_threads"] == str(ray_cluster.hardware[KEY_A].cores)
     second = make_collector(KEY_A, str(tmp_path), None, "r", ray_cluster.hardware[KEY_A])
     ready, _ = ray.wait([second.where.remote()], timeout=3)
     assert not ready
@@ -160,6 +163,7 @@ def test_node_death_mid_job_retries_elsewhere_without_duplicates(ray_cluster, tm
     ray_cluster.cluster.remove_node(victim)
     th.join(timeout=480)
     assert not th.is_alive()
+    ray_cluster.cluster.remove_node(nodes[1])  # free its memory for the next tests
     s = result["s"]
     assert s.status == "finished", [(o.task_name, o.status, o.error) for o in s.outcomes]
     assert all(o.status == "done" for o in s.outcomes)
@@ -210,7 +214,7 @@ def test_tlm_collect_options_drive_a_cluster_job(ray_cluster, tmp_path, index_ur
 
 def test_tasks_of_a_vanished_hardware_are_reported_not_waited_on(ray_cluster, tmp_path):
     """The only node of a key dies mid-job: its tasks fail after the grace period; the job ends."""
-    key = KEY_C
+    key = KEY_D
     node = ray_cluster.add_cpu_node(key)
     tasks = [_task(*s) for s in TASKS[:3]]
     result: dict = {}
