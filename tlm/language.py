@@ -20,7 +20,8 @@ Grammar (words separated by single spaces; ``NUM`` is a number as in :mod:`tlm.n
     decisions := group*                                       -- one per choice, in trace order
     group     := "tile" NUM{n}      -- SamplePerfectTile: the n factors, outermost first
                | "ptile" NUM{n}     -- SamplePartitionedTile: the n factors
-               | "pick" NUM         -- SampleCategorical: the chosen candidate's value
+               | "pick" NUM         -- SampleCategorical: the chosen candidate's value (equal
+                                    -- candidates are one program; the first index is decoded)
                | "at" ("root" | "inline" | NUM)   -- SampleComputeLocation: -1, -2 or loop index
                | "parallel" NUM     -- value of the meta_schedule.parallel annotation
 
@@ -61,6 +62,7 @@ from typing import Any, Sequence
 
 from collectors.hardware import Hardware
 from collectors.task import Task
+from tlm.errors import LanguageError
 from tlm.numbers import next_number_tokens, number_tokens
 from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space
 
@@ -75,15 +77,6 @@ LOCATION_WORDS = {-1: "root", -2: "inline"}
 ISA_WORDS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
              "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8", "neon", "sve", "sve2", "dotprod")
 _ITER_WORD = {0: "S", 2: "R"}  # DataPar, CommReduce; anything else is "O" (ordered/opaque)
-
-
-class LanguageError(ValueError):
-    """A trace or sentence the language cannot express, at ``position`` (token or instruction)."""
-
-    def __init__(self, position: int, reason: str) -> None:
-        super().__init__(f"position {position}: {reason}")
-        self.position = position
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import Any
 
 from collectors.hardware import Hardware
 from collectors.task import Task
+from tlm.errors import LanguageError
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,9 @@ INSTRUCTION_KINDS = (
 FACT_REPLAYS = 3
 
 
-class SpaceError(ValueError):
-    """A sketch the language cannot describe (unknown instruction kind, non-constant extent)."""
+class SpaceError(LanguageError):
+    """A sketch the language cannot describe (unknown instruction kind, non-constant extent);
+    ``position`` is the instruction index in the sketch."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn, max_threads: in
         if kind == "EnterPostproc":
             break
         if kind not in INSTRUCTION_KINDS:
-            raise SpaceError(f"sketch {sketch_id}: instruction {i} has unknown kind {kind!r}")
+            raise SpaceError(i, f"sketch {sketch_id}: unknown instruction kind {kind!r}")
         kinds.append(kind)
         attrs = plain_json(list(inst.attrs))
         if kind == "SamplePerfectTile":
@@ -288,7 +290,7 @@ def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> list[Choi
         static = next(iter(vals)) if len(vals) == 1 else None
         if c.kind in ("tile", "ptile"):
             if None in vals:
-                raise SpaceError(f"instruction {c.inst_index}: loop extent is not a constant")
+                raise SpaceError(c.inst_index, "loop extent is not a constant")
             out.append(_replace(c, extent=static))
         elif c.kind == "at":
             out.append(_replace(c, n_locations=static))
