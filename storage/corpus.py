@@ -283,10 +283,6 @@ class Corpus:
             self._hw_ids[key] = hid
         return hid
 
-    def _hw_keys(self) -> dict[int, str]:
-        with ix.read(self.engine) as conn:
-            return {i: k for i, k in conn.execute(sa.select(ix.hardware_ids.c.hw_id, ix.hardware_ids.c.key))}
-
     # ------------------------------------------------------------------ append
     def append(self, records: "list[dict] | pa.Table") -> AppendResult:
         """Store records; ids already stored are skipped (idempotent). See the module docstring."""
