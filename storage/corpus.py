@@ -153,7 +153,8 @@ class Corpus:
     def __init__(self, root: Path, engine: sa.Engine, url: str) -> None:
         self.root = root
         self.engine = engine
-        self.index_url = ix.safe_url(url)
+        self.index_url = ix.safe_url(url)  # for display: password hidden
+        self._url = url
         self._files: OrderedDict[str, tuple[pq.ParquetFile, list[int]]] = OrderedDict()
         self._hw_ids: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -171,6 +172,11 @@ class Corpus:
         engine = ix.create_engine(url)
         ix.ensure_schema(engine)
         return cls(root, engine, url)
+
+    def __reduce__(self):
+        """Pickle as "open the same corpus again" (engines and open files don't travel), so a
+        Corpus can be handed to Ray tasks and actors; the receiver reconnects on arrival."""
+        return (Corpus.open, (str(self.root), self._url))
 
     def close(self) -> None:
         """Release database connections and open files."""

@@ -160,3 +160,15 @@ def test_top_k_beyond_the_cached_fastest(corpus, records):
     k = 2 * TOP_CACHE + 5
     got = corpus.top_k(f"{0:016x}", HW, k).to_pylist()
     assert got == want[:k]
+
+
+def test_corpus_pickles_as_a_reopen(corpus, records):
+    import pickle
+
+    corpus.append(records(7))
+    clone = pickle.loads(pickle.dumps(corpus))
+    assert clone is not corpus and clone.root == corpus.root and clone.index_url == corpus.index_url
+    assert clone.scan().num_rows == 7
+    assert clone.append(records(3, start=7)).rows == 3
+    assert corpus.scan().num_rows == 10
+    clone.close()
