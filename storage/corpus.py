@@ -567,6 +567,17 @@ class Corpus:
         key = {"workload_key": workload_key, "hardware_key": hardware_key, "tuner": tuner, "trials": int(trials)}
         self._upsert(ix.task_status, key, {"status": status, "run_id": run_id, "records": records, "updated_at": _now()})
 
+    def task_statuses(self, *, run_id: str | None = None, hardware_key: str | None = None) -> list[dict]:
+        """Every collection-unit status row (optionally of one run or hardware key), oldest update first."""
+        t = ix.task_status
+        q = sa.select(t).order_by(t.c.updated_at)
+        if run_id is not None:
+            q = q.where(t.c.run_id == run_id)
+        if hardware_key is not None:
+            q = q.where(t.c.hardware_key == hardware_key)
+        with ix.read(self.engine) as conn:
+            return [_utc(r) for r in conn.execute(q).mappings()]
+
     def start_run(self, kind: str, params: Mapping[str, Any] | None = None) -> str:
         """Open a run (collection, training, ...) and return its id."""
         run_id = uuid.uuid4().hex

@@ -141,6 +141,11 @@ def test_registry_runs_and_task_status(corpus):
     corpus.set_task_status(wk, HW, "evolutionary", 64, "done", run_id=run, records=64)
     assert corpus.task_status(wk, HW, "evolutionary", 64) == "done"
     assert corpus.task_status(wk, HW, "evolutionary", 32) is None
+    corpus.set_task_status(wk, "cuda-sm_90-h200", "evolutionary", 64, "failed", run_id="other")
+    (row,) = corpus.task_statuses(run_id=run)
+    assert (row["workload_key"], row["status"], row["records"], row["trials"]) == (wk, "done", 64, 64)
+    assert [r["status"] for r in corpus.task_statuses()] == ["done", "failed"]
+    assert [r["run_id"] for r in corpus.task_statuses(hardware_key="cuda-sm_90-h200")] == ["other"]
     corpus.finish_run(run, "done")
     (r,) = corpus.runs()
     assert (r["run_id"], r["kind"], r["status"], r["params"]) == (run, "collect", "done", {"trials": 64})
