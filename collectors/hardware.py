@@ -141,16 +141,26 @@ def cuda_hardware(device_id: int = 0, *, key: str | None = None) -> Hardware:
     dev = tvm.cuda(device_id)
     if not dev.exist:
         raise RuntimeError(f"no CUDA device {device_id} on this machine")
-    major, _, minor = str(dev.compute_version).partition(".")
-    arch = f"sm_{major}{minor}"
-    name = str(dev.device_name)
-    sms = int(dev.multi_processor_count)
-    warp = int(dev.warp_size) if getattr(dev, "warp_size", None) else 32
+    return cuda_hardware_of(
+        str(dev.device_name), str(dev.compute_version), int(dev.multi_processor_count),
+        warp=int(dev.warp_size or 32), max_threads_per_block=int(dev.max_threads_per_block),
+        max_shared_memory_per_block=int(dev.max_shared_memory_per_block), key=key,
+    )
+
+
+def cuda_hardware_of(name: str, compute_version: str, sms: int, *, warp: int = 32,
+                     max_threads_per_block: int = 1024, max_shared_memory_per_block: int = 49152,
+                     key: str | None = None) -> Hardware:
+    """The Hardware of a GPU described by its facts ("NVIDIA H200", "9.0", 132 → cuda-sm_90-h200)."""
+    major, _, minor = compute_version.partition(".")
+    if not (major.isdigit() and (minor or "0").isdigit()):
+        raise ValueError(f"compute capability {compute_version!r} is not like '9.0'")
+    arch = f"sm_{major}{minor or '0'}"
     target = {
         "kind": "cuda",
         "arch": arch,
-        "max_threads_per_block": int(dev.max_threads_per_block),
-        "max_shared_memory_per_block": int(dev.max_shared_memory_per_block),
+        "max_threads_per_block": max_threads_per_block,
+        "max_shared_memory_per_block": max_shared_memory_per_block,
         "thread_warp_size": warp,
     }
     return Hardware(
@@ -160,7 +170,7 @@ def cuda_hardware(device_id: int = 0, *, key: str | None = None) -> Hardware:
         cores=sms,
         vector_bits=warp * 32,
         target=target,
-        description=f"{name} ({sms} SMs, compute {major}.{minor})",
+        description=f"{name} ({sms} SMs, compute {major}.{minor or '0'})",
         isa=(),
     )
 

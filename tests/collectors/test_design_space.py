@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from collectors.design_space import design_space, skeleton, sketch_id, trace_json
-from collectors.hardware import HARDWARE_KEY_RE, cpu_hardware, detect_hardware, slug
+from collectors.hardware import HARDWARE_KEY_RE, cpu_hardware, cuda_hardware_of, detect_hardware, slug
 
 from collectors.workloads import matmul as te_matmul
 
@@ -66,3 +66,13 @@ def test_detect_hardware_override_and_bad_input():
     with pytest.raises(ValueError, match="'tpu'"):
         detect_hardware("tpu")
     assert slug("NVIDIA H200") == "h200"
+
+
+def test_cuda_hardware_identity_from_device_facts():
+    h200 = cuda_hardware_of("NVIDIA H200", "9.0", 132)
+    assert h200.key == "cuda-sm_90-h200" and h200.kind == "cuda" and h200.cores == 132
+    assert h200.target["kind"] == "cuda" and h200.target["arch"] == "sm_90"
+    assert cuda_hardware_of("NVIDIA H200", "9.0", 132).key == h200.key  # same GPU, same key
+    assert cuda_hardware_of("NVIDIA GeForce RTX 4090", "8.9", 128).key == "cuda-sm_89-geforce_rtx_4090"
+    with pytest.raises(ValueError, match="'nine'"):
+        cuda_hardware_of("X", "nine", 1)
