@@ -56,6 +56,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -617,6 +618,7 @@ class _StateCache:
 
 
 _STATES = _StateCache()
+_STATES_LOCK = threading.Lock()
 
 
 def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardware: Hardware) -> set[str]:
@@ -635,4 +637,5 @@ def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardw
             nxt.add(p[len(words)])
     if nxt:
         return nxt
-    return set(_STATES.get(space, words).legal())
+    with _STATES_LOCK:  # states are not thread-safe; one request at a time walks them
+        return set(_STATES.get(space, words).legal())

@@ -151,3 +151,17 @@ def test_cached_compute_locations_equal_fresh_probes(tasks, cpu_hw, name):
             if any(c.kind == "at" for c in sk.choices):
                 walk(sk, like=walk(sk))
     assert compared >= 3
+
+
+def test_legal_words_from_several_threads_agree(tasks, cpu_hw):
+    """Serving may ask from several threads at once: answers equal the sequential ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    task = tasks["matmul"]
+    space = build_space(task, cpu_hw)
+    base = prompt_tokens(space, space.sketches[1])
+    prefixes = [base + ["tile"], base + "tile 2".split(), base + "tile 2 4".split(), base + "tile 2 4 2".split()]
+    expected = [legal_next_tokens(p, task, cpu_hw) for p in prefixes]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda p: legal_next_tokens(p, task, cpu_hw), prefixes * 3))
+    assert got == expected * 3
