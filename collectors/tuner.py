@@ -115,6 +115,7 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
     work_dir = tempfile.mkdtemp(prefix="tlm-tune-") if own_dir else config.work_dir
     os.makedirs(work_dir, exist_ok=True)
     ms_logger, handler = _file_logger(work_dir, task.task_name)
+    runner = None
     try:
         ctx = tune_context(mod, target, seed=config.seed, task_name=task.task_name, num_threads=hardware.cores)
         sketches = list(ctx.generate_design_space())
@@ -170,6 +171,11 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
         if recorder.pending_exc is not None:  # an exception in on_records (e.g. Ctrl-C)
             raise recorder.pending_exc
     finally:
+        if runner is not None:  # stop the runner's worker now, not whenever GC runs
+            try:
+                runner.pool.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
         ms_logger.removeHandler(handler)
         handler.close()
         if own_dir:

@@ -121,3 +121,14 @@ def test_bad_config_is_rejected():
         TuneConfig(strategy="random")
     with pytest.raises(ValueError, match="0"):
         TuneConfig(trials=0)
+
+
+def test_reference_keeps_read_only_buffers_once(matmul_mod, tmp_path):
+    ref = make_reference(matmul_mod, seed=5, path=str(tmp_path / "ref.npz"))
+    assert ref.outputs[0] is ref.inputs[0] and ref.outputs[1] is ref.inputs[1]  # A, B only read
+    np.testing.assert_allclose(ref.outputs[2], ref.inputs[0] @ ref.inputs[1], rtol=1e-4, atol=1e-4)
+    back = Reference.load(ref.path)
+    assert len(back.inputs) == 3
+    for a, b in zip(back.outputs, ref.outputs):
+        np.testing.assert_array_equal(a, b)
+    assert compare(back.outputs, ref.outputs) is None
