@@ -36,6 +36,8 @@ def compute_locations(sch: Any, block_rv: Any) -> list[int]:
         if got < 0:
             break
         found.append(got)
+        if got == 0:  # nothing below 0 but root (always legal) and inline (probed next)
+            break
         d = got - 1
     found.append(-1)
     if _probe(sch, block_rv, -2) == -2:

@@ -165,3 +165,28 @@ def test_legal_words_from_several_threads_agree(tasks, cpu_hw):
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda p: legal_next_tokens(p, task, cpu_hw), prefixes * 3))
     assert got == expected * 3
+
+
+@pytest.mark.parametrize("name", ["softmax", "conv2d"])
+def test_compute_locations_equal_brute_force_probes(tasks, cpu_hw, name):
+    """Every location TVM keeps when asked for it directly, and no other, is listed."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from tlm.replay import _probe, compute_locations
+
+    task = tasks[name]
+    checked = 0
+    for sk in build_space(task, cpu_hw).sketches:
+        sch = Schedule(task.mod, seed=11)
+
+        def provider(inst, inputs, attrs, decision, sch=sch):
+            nonlocal checked
+            if inst.kind.name == "SampleComputeLocation":
+                listed = compute_locations(sch, inputs[0])
+                brute = [d for d in range(-2, 40) if _probe(sch, inputs[0], d) == d]
+                assert listed == brute
+                checked += 1
+            return decision
+
+        Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+    assert checked > 0
