@@ -46,7 +46,7 @@ class TuneConfig:
 
     trials: int = 64  # measured candidates in total (MetaSchedule's max_trials_global)
     strategy: str = "evolutionary"  # "evolutionary" (xgb cost model) or "replay-trace" (random valid samples)
-    seed: int = 0  # forked into MetaSchedule's rand_state as ms.tune_tir does: same seed, same candidates
+    seed: int = 0  # forked into MetaSchedule's rand_state as ms.tune_tir does
     trials_per_iter: int = 64  # candidates built and measured per batch (one on_records call per batch)
     cost_model: str | None = None  # None: "xgb" for evolutionary, "random" for replay-trace
     builder_workers: int | None = None  # parallel build processes; None: the hardware's core count
@@ -120,7 +120,8 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
         ctx = tune_context(mod, target, seed=config.seed, task_name=task.task_name, num_threads=hardware.cores)
         sketches = list(ctx.generate_design_space())
         summary.sketches = len(sketches)
-        # Seeded exactly as ms.tune_tir seeds its single task: same seed, same candidates.
+        # Seeded as ms.tune_tir seeds its single task (MetaSchedule itself is not run-to-run
+        # deterministic with several threads: same seed, similar but not identical candidates).
         rand_state = ms.utils.fork_seed(config.seed, n=1)[0]
         ctx = ms.TuneContext(
             mod=mod, target=target, space_generator="post-order-apply",
