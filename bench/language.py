@@ -58,7 +58,7 @@ def run(per_kind: int, walks: int, seed: int) -> dict:
     from tvm.s_tir.schedule import Schedule, Trace
 
     import tlm.language as L
-    from tlm.constrained import apply_sentence, check_trace, postprocs
+    from tlm.constrained import apply_sentence, postprocs
     from tlm.language import decode, encode, legal_next_tokens, prompt_tokens
     from tlm.replay import _LOCATION_CACHE
     from tlm.space import build_space

@@ -169,7 +169,6 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
     import pyarrow.parquet as pq
     from tqdm import tqdm
 
-    from tlm.space import SpaceError
 
     config = config or DatasetConfig()
     os.makedirs(out_dir, exist_ok=True)
@@ -193,7 +192,7 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
             try:
                 pre += pretrain_rows(task, hw, config.pretrain_per_sketch, split, config.seed)
                 fine += finetune_rows(by_task.get(wk, []), task, hw, config.finetune_top_k, split, skipped)
-            except (SpaceError, Exception) as exc:  # noqa: BLE001 - one bad task never stops a build
+            except Exception as exc:  # noqa: BLE001 - one bad task never stops a build
                 skipped[f"task failed: {type(exc).__name__}"] += 1
                 logger.warning("task %s on %s skipped: %s", task.task_name, hk, str(exc)[:300])
     schema = pa.schema([

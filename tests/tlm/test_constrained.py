@@ -5,10 +5,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tlm.constrained import InvalidProgram, apply_sentence
-from tlm.language import EOS, LanguageError, encode, legal_next_tokens, prompt_tokens
+from tlm.language import EOS, legal_next_tokens, prompt_tokens
 from tlm.space import build_space
 
-from tests.tlm.conftest import sample_traces
 
 _REFS: dict = {}
 
