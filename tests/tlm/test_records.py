@@ -143,3 +143,25 @@ def test_cuda_sketches_round_trip(tasks, cuda_hw):
             assert "sms" in s.tokens[:8]
             kept += 1
         assert kept >= 2, name
+
+
+@pytest.mark.slow
+def test_every_sketch_of_all_six_zoo_models_round_trips(cpu_hw):
+    """All unique tasks of the six small zoo families (ResNet-50, MobileNetV2, EfficientNet-B0,
+    BERT, GPT-2, LLaMA layer): every sketch, one sampled program each, exact round trip."""
+    from collectors.tasks import extract_tasks
+    from collectors.zoo import MODEL_NAMES
+
+    from tlm.space import build_space
+
+    seen: set = set()
+    kinds: set = set()
+    for model in MODEL_NAMES:
+        for task in extract_tasks(model, cpu_hw, small=True):
+            if task.workload_key in seen:
+                continue
+            seen.add(task.workload_key)
+            for tr in sample_traces(task, cpu_hw, per_sketch=1, seed=7):
+                assert_round_trip(task, cpu_hw, tr)
+            kinds |= {c.kind for sk in build_space(task, cpu_hw).sketches for c in sk.choices}
+    assert len(seen) > 100 and kinds == {"tile", "pick", "at", "parallel"}
