@@ -291,7 +291,12 @@ class Corpus:
 
     # ------------------------------------------------------------------ append
     def append(self, records: "list[dict] | pa.Table") -> AppendResult:
-        """Store records; ids already stored are skipped (idempotent). See the module docstring."""
+        """Store records; ids already stored are skipped (idempotent). See the module docstring.
+
+        An empty batch (a tuning round that measured nothing) is no error: it stores nothing.
+        """
+        if isinstance(records, list) and not records:
+            return AppendResult(None, 0, 0)
         table = to_record_table(records)
         n_in = table.num_rows
         if n_in == 0:

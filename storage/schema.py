@@ -164,7 +164,7 @@ def to_record_table(records: "list[dict] | pa.Table | pa.RecordBatch", *, now: _
     for key in pc.unique(cols["hardware_key"]).to_pylist():
         check_hardware_key(key)
     wk_ok = pc.match_substring_regex(cols["workload_key"], WORKLOAD_KEY_RE.pattern)
-    if not pc.all(wk_ok).as_py():
+    if pc.any(pc.invert(wk_ok)).as_py():  # (pc.all of an empty column is null, not True)
         bad = pc.filter(cols["workload_key"], pc.invert(wk_ok))[0].as_py()
         check_workload_key(bad)
 

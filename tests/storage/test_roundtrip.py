@@ -177,3 +177,12 @@ def test_corpus_pickles_as_a_reopen(corpus, records):
     assert clone.append(records(3, start=7)).rows == 3
     assert corpus.scan().num_rows == 10
     clone.close()
+
+
+def test_empty_append_stores_nothing_and_does_not_raise(corpus):
+    # A tuning batch in which nothing was measured hands over an empty list: that is no
+    # error, and must not mark the task failed (it did, with "required column missing").
+    for empty in ([], pa.Table.from_pylist([], schema=RECORD_SCHEMA)):
+        result = corpus.append(empty)
+        assert (result.rows, result.duplicates) == (0, 0)
+    assert corpus.scan().num_rows == 0
