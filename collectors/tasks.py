@@ -134,10 +134,24 @@ def extract_tasks(model: Any, hardware: Hardware, *, model_name: str | None = No
 
 
 def register_tasks(corpus: Any, tasks: Sequence[Task]) -> None:
-    """Put each task's workload into the corpus index (once) and link it to its model."""
+    """Put each task's workload into the corpus index once and link it to its model.
+
+    The first module registered under a workload key stays the key's module: the key is a
+    structural hash that ignores block and buffer names, but traces address blocks by name,
+    so every record of a key must be tuned on that one module. A task whose key is already
+    stored gets the stored module (``task.mod`` is replaced; same program, stored names).
+    """
+    import tvm
+
+    from storage.interop import workload_module
+
     for t in tasks:
-        corpus.register_workload(t.workload_key, task_name=t.task_name, tvmscript=t.tvmscript,
-                                 flops=t.flops, op_kind=t.op_kind)
+        stored = workload_module(corpus, t.workload_key)
+        if stored is not None:
+            t.mod = stored
+        else:
+            corpus.register_workload(t.workload_key, task_name=t.task_name, tvmscript=t.tvmscript,
+                                     flops=t.flops, op_kind=t.op_kind, mod_json=tvm.ir.save_json(t.mod))
         if t.model:
             corpus.register_workload_model(t.workload_key, model=t.model, weight=t.weight)
 

@@ -227,6 +227,12 @@ def import_ms(
     return report
 
 
+def workload_module(corpus: "Corpus", workload_key: str) -> Any | None:
+    """The IRModule stored for ``workload_key`` (exact JSON, else parsed TVMScript), or None."""
+    row = corpus.workload(workload_key)
+    return _load_mod(row) if row and (row.get("mod_json") or row.get("tvmscript")) else None
+
+
 def _load_mod(row: dict):
     import tvm
 
