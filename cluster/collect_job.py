@@ -47,6 +47,7 @@ class JobConfig:
     object_store_mb: int = 256  # object store of a local Ray; records never pass through it
     max_attempts: int = 3  # tries per (task, hardware) before it is reported failed
     lost_key_grace_s: float = 30.0  # how long queued tasks wait for a node of a vanished key
+    wait_for_nodes_s: float = 0.0  # > 0: ask the autoscaler for absent keys and wait this long for them
     progress: bool = True  # one progress bar per hardware key
     actor_options: dict = field(default_factory=dict)  # extra ray actor options (e.g. runtime_env)
 
@@ -125,6 +126,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "or 'local' to start a local Ray advertising this machine's hardware",
     )
     g.add_argument("--max-attempts", type=int, default=3, help="tries per task before it is reported failed")
+    g.add_argument(
+        "--wait-for-nodes",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="ask the autoscaler for nodes of requested-but-absent hardware and wait this long",
+    )
     g.add_argument("--object-store-mb", type=int, default=256, help="object store of a local Ray (MiB)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -136,6 +144,7 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         address=None if address in (None, "", "local") else address,
         object_store_mb=getattr(args, "object_store_mb", 256),
         max_attempts=getattr(args, "max_attempts", 3),
+        wait_for_nodes_s=getattr(args, "wait_for_nodes", 0.0),
         progress=not getattr(args, "no_progress", False),
     )
 
@@ -270,6 +279,9 @@ def run_collection(
     present = keys_in_resources(ray.cluster_resources())
     wanted = list(dict.fromkeys(hardware_keys)) if hardware_keys else list(present)
     missing = [k for k in wanted if k not in present]
+    if missing and cfg.wait_for_nodes_s > 0:
+        present = _wait_for_keys(missing, cfg.wait_for_nodes_s)
+        missing = [k for k in wanted if k not in present]
     idle = [k for k in present if k not in wanted]
     for k in idle:
         log.info("hardware %s is in the cluster but no task needs it: its node(s) stay idle", k)
@@ -332,6 +344,29 @@ def run_collection(
             ray.shutdown()
     log.info("collection %s: %s", run_id, summary.as_dict())
     return summary
+
+
+def _wait_for_keys(keys: Sequence[str], timeout_s: float) -> dict:
+    """Ask the autoscaler for one measurement slot of each absent key; wait for them to join.
+
+    A cluster launched from ``ray_config.yaml`` starts worker types with ``min_workers: 0``:
+    a node of a key exists only once something asks for its ``measure:`` resource. Returns the
+    keys present when they all arrived or ``timeout_s`` passed.
+    """
+    import ray
+    from ray.autoscaler.sdk import request_resources
+
+    log.info("asking the autoscaler for %s; waiting up to %.0f s", ", ".join(keys), timeout_s)
+    request_resources(bundles=[{measure_resource(k): 1} for k in keys])
+    deadline = time.time() + timeout_s
+    try:
+        while True:
+            present = keys_in_resources(ray.cluster_resources())
+            if all(k in present for k in keys) or time.time() >= deadline:
+                return present
+            time.sleep(1.0)
+    finally:
+        request_resources(bundles=[])  # the collectors' own requests keep the nodes from now on
 
 
 def _warn_if_not_shared(corpus_root: str, index_url: str | None) -> None:

@@ -143,11 +143,11 @@ def test_restarted_driver_resumes_from_the_index(ray_cluster, tmp_path):
 def test_node_death_mid_job_retries_elsewhere_without_duplicates(ray_cluster, tmp_path):
     """Two nodes of one hardware; one is killed while tasks run: the job still completes."""
     nodes = [ray_cluster.add_cpu_node(KEY_C), ray_cluster.add_cpu_node(KEY_C)]
-    tasks = [_task(*s) for s in TASKS]
+    tasks = [_task(*s) for s in TASKS[:3]]
     result: dict = {}
 
     def drive():
-        result["s"] = run_collection(tasks, corpus_root=str(tmp_path), tune_config=_tune_config(trials=6),
+        result["s"] = run_collection(tasks, corpus_root=str(tmp_path), tune_config=_tune_config(trials=4),
                                      hardware=ray_cluster.hardware, hardware_keys=[KEY_C],
                                      config=_job(lost_key_grace_s=5))
 
@@ -271,3 +271,30 @@ print("RESULT", json.dumps({{**s.as_dict(), "key": detect_hardware("cpu").key}})
     r = json.loads(line[0][len("RESULT "):])
     assert (r["status"], r["done"]) == ("finished", 1)
     assert _scan(tmp_path)["hardware_key"].unique().to_pylist() == [r["key"]]
+
+
+def test_a_node_that_joins_while_the_job_waits_for_its_hardware_is_used(ray_cluster, tmp_path):
+    """--wait-for-nodes: an absent key is requested and waited for, not reported at once."""
+    from collectors.hardware import cpu_hardware
+
+    key = "cpu-sim_e-1c"
+    ray_cluster.hardware[key] = cpu_hardware(cores=1, key=key)
+    result: dict = {}
+
+    def drive():
+        result["s"] = run_collection([_task(*TASKS[0])], corpus_root=str(tmp_path),
+                                     tune_config=_tune_config(trials=2), hardware=ray_cluster.hardware,
+                                     hardware_keys=[key], config=_job(wait_for_nodes_s=120))
+
+    th = threading.Thread(target=drive)
+    th.start()
+    time.sleep(3.0)
+    assert th.is_alive(), "the job did not wait for the absent hardware"
+    node = ray_cluster.add_cpu_node(key)  # Cluster.add_node must run in the main thread
+    try:
+        th.join(timeout=240)
+    finally:
+        ray_cluster.cluster.remove_node(node)
+    s = result["s"]
+    assert s.status == "finished" and s.missing_keys == []
+    assert s.outcomes[0].node_id == node.node_id
