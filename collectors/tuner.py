@@ -98,6 +98,25 @@ class TuneSummary:
     error_kinds: dict[str, int] = field(default_factory=dict)
 
 
+def _init_runner_worker(cores: int | None, light_intrinsics: bool) -> None:
+    if cores:
+        os.environ["TVM_NUM_THREADS"] = str(cores)
+    if light_intrinsics:
+        install()
+
+
+def runner_initializer(hardware: Hardware) -> Callable[[], None]:
+    """The initializer of a runner worker process measuring on ``hardware``.
+
+    On a CPU it pins TVM's thread pool to the key's core count: the pool otherwise follows
+    OMP_NUM_THREADS (1 in a Ray worker) or takes half the cores on x86, so an N-core key would
+    be measured on fewer threads than it names. It also installs the light tensor intrinsics.
+    Set only in the worker, so the tuning process's own environment is left alone.
+    """
+    is_cpu = hardware.kind == "cpu"
+    return functools.partial(_init_runner_worker, hardware.cores if is_cpu else None, is_cpu)
+
+
 def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, *,
               on_records: RecordsCallback | None = None, progress: ProgressCallback | None = None,
               run_id: str = "") -> TuneSummary:
@@ -149,7 +168,7 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
         )
         runner = ms.runner.LocalRunner(
             timeout_sec=config.run_timeout_s, evaluator_config=evaluator, f_run_evaluator=f_run,
-            initializer=install if is_cpu else None,
+            initializer=runner_initializer(hardware),
         )
         base = {
             "workload_key": task.workload_key, "hardware_key": hardware.key,

@@ -1,0 +1,33 @@
+"""Measurements of an N-core hardware key run on N threads.
+
+TVM's thread pool reads TVM_NUM_THREADS, else OMP_NUM_THREADS (Ray sets it to 1 in its
+workers), else half the cores on x86: a ``cpu-znver4-2c`` record measured by a plain runner
+worker ran on one thread. The tuner's runner initializer pins the pool to the key's cores.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.mark.parametrize("omp", [None, "1"])
+def test_runner_worker_uses_the_hardware_cores(cpu_hw, omp, monkeypatch):
+    from tvm.runtime import num_threads
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from collectors.tuner import runner_initializer
+
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)  # as in a Ray worker
+    if cpu_hw.cores < 2:
+        pytest.skip("one core: every thread count is right")
+    pool = PopenPoolExecutor(max_workers=1, initializer=runner_initializer(cpu_hw))
+    try:
+        assert pool.submit(num_threads).result() == cpu_hw.cores
+    finally:
+        pool.shutdown()
+    assert "TVM_NUM_THREADS" not in os.environ, "the tuning process's own environment is left alone"
