@@ -6,7 +6,7 @@ and a shared directory, many machines), using the SQL index as the single arbite
 1. Validate and normalise the records (``storage.schema``), drop repeated ids within the batch.
 2. Ask the index which ids already exist; drop them (re-running a collection stores nothing new).
 3. Write the remaining rows as a durable part per hardware key (``storage.parts``: temp name,
-   fsync, rename, fsync dir). Readers of the index do not see it yet.
+   fsync, rename, fsync dir; under a URI root: temp key, move). Readers of the index do not see it yet.
 4. In ONE transaction insert the ``parts`` row(s) and every ``records`` row (primary key
    ``record_id``). If another writer registered some of the same ids between 2 and 4, the
    primary key refuses the transaction (nothing of it is kept); we re-check which ids are now
@@ -34,7 +34,6 @@ import datetime as _dt
 import json
 import logging
 import os
-import shutil
 import threading
 import uuid
 import zlib
@@ -46,11 +45,13 @@ from typing import Any, Iterator, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from storage import index as ix
 from storage.errors import CorpusError, SchemaMismatch
+from storage.location import Location
 from storage.parts import (
     PART_GLOB,
     TEMP_GLOB,
@@ -58,7 +59,6 @@ from storage.parts import (
     hardware_of,
     part_created_at,
     read_part,
-    sha256_file,
     sort_for_part,
     write_part,
 )
@@ -144,14 +144,18 @@ class ReindexReport:
 
 
 class Corpus:
-    """A corpus of measured schedules rooted at a directory, indexed in a SQL database.
+    """A corpus of measured schedules rooted at a directory or a ``pyarrow.fs`` URI, indexed in a
+    SQL database.
 
     Open it with :meth:`Corpus.open`. Instances are cheap and safe to use from several threads
     for reading; writers in several processes coordinate through the index (module docstring).
+    ``root`` is a ``Path`` for a plain path and the URI string for a URI root; ``filesystem`` and
+    ``fs_path`` locate parts for readers outside this class (``pyarrow.dataset``, Ray Data).
     """
 
-    def __init__(self, root: Path, engine: sa.Engine, url: str) -> None:
-        self.root = root
+    def __init__(self, location: Location, engine: sa.Engine, url: str) -> None:
+        self._loc = location
+        self.root: Path | str = location.root
         self.engine = engine
         self.index_url = ix.safe_url(url)  # for display: password hidden
         self._url = url
@@ -162,16 +166,25 @@ class Corpus:
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, root: str | os.PathLike, index_url: str | None = None) -> "Corpus":
-        """Open (creating if needed) the corpus at ``root``; index at ``index_url`` or ``<root>/index.sqlite``."""
-        root = Path(root).expanduser().resolve()
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CorpusError(f"cannot create corpus directory {str(root)!r}: {exc}") from exc
-        url = index_url or f"sqlite:///{root / 'index.sqlite'}"
+        """Open (creating if needed) the corpus at ``root``; index at ``index_url`` or ``<root>/index.sqlite``.
+
+        ``root`` is a local path or a URI ``pyarrow.fs.FileSystem.from_uri`` understands
+        (``file:///...``, ``s3://bucket/prefix``, ``gs://...``, ``hdfs://...``); a URI other than
+        ``file://`` needs ``index_url`` (``storage.location`` says what each root guarantees).
+        """
+        location, url = Location.open(root, index_url)
         engine = ix.create_engine(url)
         ix.ensure_schema(engine)
-        return cls(root, engine, url)
+        return cls(location, engine, url)
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        """The ``pyarrow.fs`` filesystem holding the parts (``LocalFileSystem`` for a plain path)."""
+        return self._loc.fs
+
+    def fs_path(self, relpath: str = "") -> str:
+        """Path inside :attr:`filesystem` of a part path from the index (or of the root)."""
+        return self._loc.path(relpath)
 
     def __reduce__(self):
         """Pickle as "open the same corpus again" (engines and open files don't travel), so a
@@ -191,7 +204,7 @@ class Corpus:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Corpus(root={str(self.root)!r}, index_url={self.index_url!r})"
+        return f"Corpus(root={self._loc.display!r}, index_url={self.index_url!r})"
 
     # ------------------------------------------------------------------ registration
     def _upsert(self, table: sa.Table, key: Mapping[str, Any], values: Mapping[str, Any]) -> None:
@@ -327,7 +340,7 @@ class Corpus:
         for _ in range(MAX_REGISTER_ATTEMPTS):
             if table.num_rows == 0:
                 return None
-            info = write_part(self.root, hw, table, _now())
+            info = write_part(self._loc, hw, table, _now())
             try:
                 self._register(info, table)
                 return info.path
@@ -335,7 +348,7 @@ class Corpus:
                 # Another writer stored some of these ids meanwhile (or a deadlock was broken):
                 # the part was not registered; rebuild it from the rows still new and retry.
                 log.debug("registration of %s refused (%s); retrying without stored ids", info.path, type(exc).__name__)
-                (self.root / info.path).unlink(missing_ok=True)
+                self._loc.delete(info.path)
                 table = self._drop_existing(table)
         raise CorpusError(f"could not register a part for {hw} after {MAX_REGISTER_ATTEMPTS} attempts (heavy contention?)")
 
@@ -401,8 +414,8 @@ class Corpus:
 
     def dataset(self, hardware_key: str | None = None) -> ds.Dataset:
         """A ``pyarrow.dataset`` over the registered parts (optionally of one hardware key)."""
-        paths = [str(self.root / p["path"]) for p in self._registered_parts(hardware_key)]
-        return ds.dataset(paths, schema=RECORD_SCHEMA, format="parquet")
+        paths = [self._loc.path(p["path"]) for p in self._registered_parts(hardware_key)]
+        return ds.dataset(paths, schema=RECORD_SCHEMA, format="parquet", filesystem=self._loc.fs)
 
     def _scan_args(self, filters: "Mapping[str, Any] | pc.Expression | None") -> tuple[ds.Dataset, pc.Expression | None]:
         if filters is None:
@@ -443,7 +456,7 @@ class Corpus:
             if hit is not None:
                 self._files.move_to_end(path)
                 return hit
-        pf = pq.ParquetFile(self.root / path)
+        pf = pq.ParquetFile(self._loc.path(path), filesystem=self._loc.fs)
         starts, total = [], 0
         for i in range(pf.metadata.num_row_groups):
             starts.append(total)
@@ -530,7 +543,7 @@ class Corpus:
             parts_n, parts_b = part_hw.get(hk, (0, 0))
             by_hw[hk] = {"records": n, "ok": ok, "errors": n - ok, "workloads": nw, "parts": parts_n, "bytes": int(parts_b)}
         return {
-            "root": str(self.root),
+            "root": self._loc.display,
             "index_url": self.index_url,
             "records": sum(v["records"] for v in by_hw.values()),
             "ok": sum(v["ok"] for v in by_hw.values()),
@@ -638,15 +651,13 @@ class Corpus:
 
     # ------------------------------------------------------------------ integrity
     def _quarantine(self, relpath: str) -> str:
-        src = self.root / relpath
-        dest_dir = self.root / QUARANTINE_DIR
-        dest_dir.mkdir(exist_ok=True)
-        dest = dest_dir / relpath.replace("/", "__")
-        shutil.move(str(src), str(dest))
-        return dest.relative_to(self.root).as_posix()
+        dest = f"{QUARANTINE_DIR}/{relpath.replace('/', '__')}"
+        self._loc.make_dir(QUARANTINE_DIR)
+        self._loc.move(relpath, dest)
+        return dest
 
     def _disk_parts(self) -> list[str]:
-        return sorted(p.relative_to(self.root).as_posix() for p in self.root.glob(PART_GLOB))
+        return self._loc.glob(PART_GLOB)
 
     def verify(self) -> VerifyReport:
         """Rehash every registered part; quarantine bad ones (index rows removed); report all problems."""
@@ -655,23 +666,24 @@ class Corpus:
         report = VerifyReport()
         registered = self._registered_parts()
         for part in tqdm(registered, desc="verify", unit="part", disable=len(registered) < 50):
-            path = self.root / part["path"]
+            rel = part["path"]
             report.parts_checked += 1
             reason = None
-            if not path.exists():
-                report.missing.append(part["path"])
+            present = self._loc.exists(rel)
+            if not present:
+                report.missing.append(rel)
             else:
-                digest = sha256_file(path)
+                digest = self._loc.sha256(rel)
                 if digest != part["sha256"]:
                     reason = f"sha256 {digest[:12]}... != registered {part['sha256'][:12]}... (corrupt or truncated)"
                 else:
                     try:
-                        n = pq.ParquetFile(path).metadata.num_rows
+                        n = pq.ParquetFile(self._loc.path(rel), filesystem=self._loc.fs).metadata.num_rows
                     except Exception as exc:  # noqa: BLE001 - any unreadable file is reported
                         n, reason = None, f"unreadable: {exc}"
                     if n is not None and n != part["rows"]:
                         reason = f"{n} rows on disk, {part['rows']} registered"
-            if reason is not None or not path.exists():
+            if reason is not None or not present:
                 with ix.write(self.engine) as conn:
                     gone = sa.select(ix.records.c.record_id).where(ix.records.c.part_id == part["part_id"])
                     conn.execute(sa.delete(ix.top_payloads).where(ix.top_payloads.c.record_id.in_(gone)))
@@ -687,7 +699,7 @@ class Corpus:
                 report.records_checked += part["rows"]
         known = {p["path"] for p in registered}
         report.unregistered = [p for p in self._disk_parts() if p not in known]
-        report.temp_files = sorted(p.relative_to(self.root).as_posix() for p in self.root.glob(TEMP_GLOB))
+        report.temp_files = self._loc.glob(TEMP_GLOB)
         return report
 
     def reindex(self) -> ReindexReport:
@@ -702,9 +714,9 @@ class Corpus:
         from tqdm import tqdm
 
         report = ReindexReport()
-        for tmp in sorted(self.root.glob(TEMP_GLOB)):
-            tmp.unlink()
-            report.temp_removed.append(tmp.relative_to(self.root).as_posix())
+        for tmp in self._loc.glob(TEMP_GLOB):
+            self._loc.delete(tmp)
+            report.temp_removed.append(tmp)
         try:  # the index may be gone or empty; it only decides which copy of a duplicate wins
             registered = {p["path"] for p in self._registered_parts()}
         except sa.exc.SQLAlchemyError:
@@ -712,7 +724,7 @@ class Corpus:
         candidates = []
         for rel in self._disk_parts():
             try:
-                candidates.append((rel not in registered, part_created_at(self.root / rel), rel))
+                candidates.append((rel not in registered, part_created_at(self._loc, rel), rel))
             except Exception as exc:  # noqa: BLE001
                 report.quarantined.append((rel, f"unreadable footer: {exc}; moved to {self._quarantine(rel)}"))
         candidates.sort()
@@ -720,9 +732,8 @@ class Corpus:
         parts_rows: list[dict] = []
         rec_rows: list[tuple] = []
         for _, created_at, rel in tqdm(candidates, desc="reindex", unit="part", disable=len(candidates) < 50):
-            path = self.root / rel
             try:
-                table = read_part(path)
+                table = read_part(self._loc, rel)
                 hw = hardware_of(rel)
                 if pc.any(pc.not_equal(table["hardware_key"], hw)).as_py():
                     raise CorpusError(f"holds records of another hardware key than {hw}")
@@ -736,17 +747,17 @@ class Corpus:
                 if keep.num_rows == 0:
                     report.quarantined.append((rel, f"all {len(ids)} records duplicate earlier parts; moved to {self._quarantine(rel)}"))
                     continue
-                info = write_part(self.root, hw, sort_for_part(keep), created_at)
+                info = write_part(self._loc, hw, sort_for_part(keep), created_at)
                 moved = self._quarantine(rel)
                 report.rewritten.append((rel, info.path))
                 log.warning("part %s held %d duplicate record(s): rewrote it as %s (old one in %s)", rel, sum(dup), info.path, moved)
-                rel, table, ids = info.path, read_part(self.root / info.path), read_part(self.root / info.path)["record_id"].to_pylist()
-                path = self.root / rel
+                rel, table = info.path, read_part(self._loc, info.path)
+                ids = table["record_id"].to_pylist()
             seen.update(ids)
             part_id = len(parts_rows) + 1
             parts_rows.append(
-                {"part_id": part_id, "path": rel, "hardware_key": hw, "rows": table.num_rows, "sha256": sha256_file(path),
-                 "bytes": path.stat().st_size, "created_at": created_at}
+                {"part_id": part_id, "path": rel, "hardware_key": hw, "rows": table.num_rows, "sha256": self._loc.sha256(rel),
+                 "bytes": self._loc.size(rel), "created_at": created_at}
             )
             hid = self._hw_id(hw, create=True)
             for i, (rid, wk, lat) in enumerate(zip(ids, table["workload_key"].to_pylist(), table["latency_s"].to_pylist())):

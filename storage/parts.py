@@ -6,7 +6,9 @@ Layout: ``<root>/hardware=<key>/part-<32 hex>.parquet`` (Hive-style, so plain
 
 Durability: a part is written under a hidden temporary name (``.part-<hex>.parquet.tmp``,
 ignored by pyarrow.dataset and by ``*.parquet`` globs), fsynced, renamed to its final name and the
-directory fsynced. Only then is it registered in the index. A path is never rewritten with
+directory fsynced. Only then is it registered in the index. Under a URI root (``s3://``,
+``file://``, ...: ``storage.location``) the part is streamed to the same hidden name and moved to
+its final key instead (no fsync; the store's own durability). A path is never rewritten with
 other content: when a part must change (duplicates found at registration), a new part with a
 new name is written and the old one removed, so readers that cached a file never see it change.
 
@@ -18,16 +20,19 @@ lets ``reindex`` rebuild the ``parts`` rows exactly.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.location import Location
 from storage.schema import RECORD_SCHEMA
 
 ROW_GROUP_ROWS = 8192  # rows per Parquet row group: scans pay per group; top_k rarely reads one (payload cache)
@@ -63,39 +68,27 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def sort_for_part(table: pa.Table) -> pa.Table:
     """Order rows so that one workload's fastest records sit together (see module docstring)."""
     return table.sort_by([("workload_key", "ascending"), ("latency_s", "ascending"), ("record_id", "ascending")])
 
 
-def write_part(root: Path, hardware_key: str, table: pa.Table, created_at: _dt.datetime) -> PartInfo:
-    """Write ``table`` (already sorted, schema ``RECORD_SCHEMA``) as a durable part; return its info."""
-    directory = root / f"hardware={hardware_key}"
-    if not directory.is_dir():
-        directory.mkdir(parents=True, exist_ok=True)
+def _write_parquet(table: pa.Table, where: Any) -> None:
+    """The one Parquet encoding of a part, whatever it is written to."""
+    pq.write_table(table, where, compression=COMPRESSION, row_group_size=ROW_GROUP_ROWS, write_statistics=True)
+
+
+def _write_local(loc: Location, directory: str, name: str, table: pa.Table) -> tuple[str, int]:
+    """Temp name, fsync, rename, fsync the directory; return (sha256, bytes)."""
+    root = loc.root
+    dirpath = root / directory
+    if not dirpath.is_dir():
+        dirpath.mkdir(parents=True, exist_ok=True)
         fsync_dir(root)
-    name = f"part-{uuid.uuid4().hex}.parquet"
-    tmp = directory / f".{name}.tmp"
-    final = directory / name
-    meta = {META_CREATED_AT: created_at.astimezone(_dt.timezone.utc).isoformat().encode(), META_FORMAT: PART_FORMAT}
-    table = table.replace_schema_metadata(meta)
+    tmp = dirpath / f".{name}.tmp"
+    final = dirpath / name
     try:
-        pq.write_table(
-            table,
-            tmp,
-            compression=COMPRESSION,
-            row_group_size=ROW_GROUP_ROWS,
-            write_statistics=True,
-        )
+        _write_parquet(table, tmp)
         h = hashlib.sha256()
         with open(tmp, "rb") as f:
             while chunk := f.read(1 << 20):
@@ -106,30 +99,88 @@ def write_part(root: Path, hardware_key: str, table: pa.Table, created_at: _dt.d
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(directory)
+    fsync_dir(dirpath)
+    return h.hexdigest(), size
+
+
+class _HashingSink:
+    """A write-only file that hashes and counts the bytes it forwards to ``out``, so the sha256
+    of a part written to an object store comes from the bytes sent, without reading them back."""
+
+    def __init__(self, out: pa.NativeFile) -> None:
+        self.out = out
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.hash.update(data)
+        self.size += len(memoryview(data))
+        return self.out.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def close(self) -> None:  # the stream is closed by its owner (a ``with`` block)
+        self.closed = True
+
+
+def _write_fs(loc: Location, directory: str, name: str, table: pa.Table) -> tuple[str, int]:
+    """Stream to a temporary key, then move it to the final key; return (sha256, bytes).
+
+    See ``storage.location`` for what this guarantees on an object store."""
+    tmp, final = f"{directory}/.{name}.tmp", f"{directory}/{name}"
+    loc.make_dir(directory)
+    try:
+        with loc.fs.open_output_stream(loc.path(tmp)) as out:
+            sink = _HashingSink(out)
+            _write_parquet(table, sink)
+        loc.fs.move(loc.path(tmp), loc.path(final))
+    except BaseException:
+        with contextlib.suppress(Exception):  # best effort: reindex removes what is left
+            loc.delete(tmp)
+        raise
+    return sink.hash.hexdigest(), sink.size
+
+
+def write_part(loc: Location, hardware_key: str, table: pa.Table, created_at: _dt.datetime) -> PartInfo:
+    """Write ``table`` (already sorted, schema ``RECORD_SCHEMA``) as a complete part; return its info.
+
+    Under a plain path the part is durable on disk when this returns (fsync); under a URI it is
+    as durable as the filesystem makes a completed write (``storage.location``)."""
+    directory = f"hardware={hardware_key}"
+    name = f"part-{uuid.uuid4().hex}.parquet"
+    meta = {META_CREATED_AT: created_at.astimezone(_dt.timezone.utc).isoformat().encode(), META_FORMAT: PART_FORMAT}
+    table = table.replace_schema_metadata(meta)
+    write = _write_local if loc.local else _write_fs
+    digest, size = write(loc, directory, name, table)
     return PartInfo(
-        path=final.relative_to(root).as_posix(),
+        path=f"{directory}/{name}",
         hardware_key=hardware_key,
         rows=table.num_rows,
-        sha256=h.hexdigest(),
+        sha256=digest,
         bytes=size,
         created_at=created_at,
     )
 
 
-def read_part(path: Path) -> pa.Table:
+def read_part(loc: Location, relpath: str) -> pa.Table:
     """Read a whole part with ``RECORD_SCHEMA`` (raises on a corrupt or truncated file)."""
-    table = pq.read_table(path, schema=RECORD_SCHEMA)
+    table = pq.read_table(loc.path(relpath), schema=RECORD_SCHEMA, filesystem=loc.fs)
     return table.replace_schema_metadata(None)
 
 
-def part_created_at(path: Path) -> _dt.datetime:
+def part_created_at(loc: Location, relpath: str) -> _dt.datetime:
     """Creation time stored in a part's metadata (file mtime if absent)."""
-    meta = pq.read_schema(path).metadata or {}
+    meta = pq.read_schema(loc.path(relpath), filesystem=loc.fs).metadata or {}
     raw = meta.get(META_CREATED_AT)
     if raw:
         return _dt.datetime.fromisoformat(raw.decode())
-    return _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc)
+    mtime = loc.mtime(relpath)
+    return mtime if mtime.tzinfo else mtime.replace(tzinfo=_dt.timezone.utc)
 
 
 def hardware_of(relpath: str) -> str:
