@@ -1,7 +1,14 @@
-"""``tlm collect``: tune a model's tasks on this machine into a corpus (resumable).
+"""``tlm collect``: tune a model's tasks into a corpus (resumable).
 
     tlm collect --model resnet50 --trials 64 [--strategy evolutionary|replay-trace]
                 [--tasks N] [--corpus DIR] [--hardware KEY] [--seed S] [--small]
+                [--address auto|ray://HOST:10001 | --no-ray]
+
+By default the tasks go to Ray collector actors: on the cluster at ``--address``, or on a
+local Ray started for this machine (the embedded default). ``--no-ray`` runs the plain
+in-process loop instead (same records, same resume rules; no Ray start-up). In Ray mode
+``--hardware`` names the keys to collect for (comma-separated or ``all``); in the plain loop
+it overrides this machine's key. See docs/cluster.md.
 
 The argument definitions live in :func:`add_collect_arguments` so that a distributed variant
 can extend the same parser (e.g. with ``--address``).
@@ -40,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("collect", help="tune a model's tasks on this machine into a corpus",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_collect_arguments(parser)
+    from cluster.collect_job import add_cluster_arguments
+
+    add_cluster_arguments(parser)
+    parser.add_argument("--no-ray", action="store_true",
+                        help="tune in this process without Ray (the plain local loop)")
     parser.set_defaults(func=run_collect)
 
 
@@ -52,6 +64,17 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run_collect(args: argparse.Namespace) -> int:
+    if args.no_ray and args.address:
+        raise SystemExit("error: --no-ray and --address exclude each other")
+    if not args.no_ray:
+        from cluster.collect_job import collect_from_args
+
+        return collect_from_args(args)
+    return run_local(args)
+
+
+def run_local(args: argparse.Namespace) -> int:
+    """The plain in-process collection loop (``--no-ray``)."""
     import logging
 
     from rich.console import Console

@@ -93,7 +93,7 @@ def test_cli_collect_small_model_then_resume(tmp_path, capsys):
     from storage import Corpus
 
     argv = ["collect", "--model", "bert_base", "--small", "--trials", "2", "--tasks", "1",
-            "--strategy", "replay-trace", "--corpus", str(tmp_path / "corpus")]
+            "--strategy", "replay-trace", "--corpus", str(tmp_path / "corpus"), "--no-ray"]
     assert main(argv) == 0
     rows = Corpus.open(tmp_path / "corpus").scan().num_rows
     assert rows == 2
