@@ -1,7 +1,8 @@
 """Fixtures of the storage tests: a corpus per test, on SQLite and (when available) PostgreSQL.
 
 Index tests take the ``index_url`` fixture, parametrised over ``sqlite`` (the default file
-index) and ``postgres``. The PostgreSQL variant needs ``TLM_TEST_PG_URL`` (set by
+index) and ``postgres``; the ``corpus`` and ``corpus_root`` fixtures are also parametrised over a
+plain path and a ``file://`` URI root. The PostgreSQL variant needs ``TLM_TEST_PG_URL`` (set by
 ``eval "$(bash scripts/start_postgres.sh)"`` in .ci/run); each test gets a fresh database.
 """
 from __future__ import annotations
@@ -46,11 +47,20 @@ def index_url(request):
         yield from _pg_database()
 
 
+@pytest.fixture(params=["path", "file-uri"])
+def corpus_root(request, tmp_path):
+    """Where a test's corpus lives: a plain path (fsync + rename), or the same directory as a
+    ``file://`` URI, which takes the ``pyarrow.fs`` code path of object stores (temp key + move,
+    every read through the filesystem object)."""
+    d = tmp_path / "corpus"
+    return d if request.param == "path" else d.as_uri()
+
+
 @pytest.fixture
-def corpus(tmp_path, index_url):
+def corpus(corpus_root, index_url):
     from storage import Corpus
 
-    c = Corpus.open(tmp_path / "corpus", index_url=index_url)
+    c = Corpus.open(corpus_root, index_url=index_url)
     yield c
     c.close()
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
@@ -40,6 +42,18 @@ def make_records(n: int, *, workloads: int = 3, hardware: str = HW, seed: int = 
     return out
 
 
+def local_dir(root) -> Path:
+    """The local directory of a corpus (or of a root given as a path or a ``file://`` URI),
+    so tests can damage its files directly."""
+    if not isinstance(root, (str, Path)):  # a Corpus
+        root = root.root
+    if isinstance(root, Path):
+        return root
+    fs, path = pafs.FileSystem.from_uri(root)
+    assert isinstance(fs, pafs.LocalFileSystem), root
+    return Path(path)
+
+
 def check_consistent(corpus) -> int:
     """Assert the index and the registered parts agree row for row; return the record count."""
     from storage import index as ix
@@ -52,7 +66,8 @@ def check_consistent(corpus) -> int:
         by_part.setdefault(pid, []).append((idx, ix.id_from_db(rid)))
     total = 0
     for p in parts:
-        ids = pq.read_table(corpus.root / p["path"], columns=["record_id"])["record_id"].to_pylist()
+        ids = pq.read_table(corpus.fs_path(p["path"]), filesystem=corpus.filesystem,
+                            columns=["record_id"])["record_id"].to_pylist()
         assert len(ids) == p["rows"], p["path"]
         assert [r for _, r in sorted(by_part.get(p["part_id"], []))] == ids, p["path"]
         total += len(ids)

@@ -16,8 +16,8 @@ PER_WORKER = 160  # records per worker; worker w covers ids [w*60, w*60 + 160): 
 BATCH = 20
 
 
-def test_concurrent_appends_lose_and_duplicate_nothing(tmp_path, index_url):
-    root = tmp_path / "c"
+def test_concurrent_appends_lose_and_duplicate_nothing(corpus_root, index_url):
+    root = corpus_root
     Corpus.open(root, index_url=index_url).close()
     start_at = time.time() + 3.0
     code = textwrap.dedent("""

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from storage import Corpus
-from storage_synth import HW, check_consistent, index_snapshot, make_records
+from storage_synth import HW, check_consistent, index_snapshot, local_dir, make_records
 
 HERE = Path(__file__).resolve().parent
 
 
 def _first_part(corpus) -> Path:
-    (p,) = [x for x in corpus.root.glob("hardware=*/part-*.parquet")][:1]
+    (p,) = [x for x in local_dir(corpus).glob("hardware=*/part-*.parquet")][:1]
     return p
 
 
@@ -27,7 +27,7 @@ def _first_part(corpus) -> Path:
 def test_corrupt_part_quarantined(corpus, damage):
     corpus.append(make_records(30))
     bad = corpus.append(make_records(20, start=30)).part_path
-    path = corpus.root / bad
+    path = local_dir(corpus) / bad
     data = bytearray(path.read_bytes())
     if damage == "flip":
         data[len(data) // 2] ^= 0xFF
@@ -41,7 +41,7 @@ def test_corrupt_part_quarantined(corpus, damage):
     assert "sha256" in report.quarantined[0][1]
     assert any(bad in line and line.startswith("QUARANTINED") for line in report.lines())
     assert not path.exists()
-    assert (corpus.root / "quarantine" / bad.replace("/", "__")).exists()
+    assert (local_dir(corpus) / "quarantine" / bad.replace("/", "__")).exists()
     assert corpus.scan().num_rows == 30  # the bad part's rows are gone from scan and index
     assert check_consistent(corpus) == 30
     assert corpus.verify().ok  # reported once, then the corpus is clean
@@ -50,7 +50,7 @@ def test_corrupt_part_quarantined(corpus, damage):
 def test_missing_part_reported(corpus):
     corpus.append(make_records(10))
     gone = corpus.append(make_records(5, start=10)).part_path
-    (corpus.root / gone).unlink()
+    (local_dir(corpus) / gone).unlink()
     report = corpus.verify()
     assert report.missing == [gone] and not report.ok
     assert check_consistent(corpus) == 10
@@ -70,9 +70,9 @@ def test_reindex_equals_incremental_index(corpus):
     check_consistent(corpus)
 
 
-def test_reindex_into_empty_index(tmp_path):
-    root = tmp_path / "c"
-    c = Corpus.open(root)
+def test_reindex_into_empty_index(corpus_root):
+    root = local_dir(corpus_root)
+    c = Corpus.open(corpus_root)
     c.append(make_records(40))
     c.append(make_records(10, hardware="cuda-sm_90-h200"))
     before = index_snapshot(c)
@@ -80,7 +80,7 @@ def test_reindex_into_empty_index(tmp_path):
     (root / "index.sqlite").unlink()
     for extra in ("index.sqlite-wal", "index.sqlite-shm"):
         (root / extra).unlink(missing_ok=True)
-    fresh = Corpus.open(root)
+    fresh = Corpus.open(corpus_root)
     assert fresh.scan().num_rows == 0  # nothing registered in the new index yet
     assert [*fresh.verify().unregistered] == sorted(p[0] for p in before[0])
     fresh.reindex()
@@ -127,12 +127,12 @@ def _run_and_kill(tmp_path, root, url, phase) -> None:
     proc.wait()
 
 
-def test_killed_while_writing_part(tmp_path, index_url):
-    root = tmp_path / "c"
+def test_killed_while_writing_part(tmp_path, corpus_root, index_url):
+    root = corpus_root
     Corpus.open(root, index_url=index_url).close()
     _run_and_kill(tmp_path, root, index_url, "write")
     c = Corpus.open(root, index_url=index_url)
-    assert list(root.glob("hardware=*/.part-*.tmp")), "the killed writer should have left its temp file"
+    assert list(local_dir(root).glob("hardware=*/.part-*.tmp")), "the killed writer should have left its temp file"
     assert c.scan().num_rows == 20  # the half-written part is invisible
     assert check_consistent(c) == 20
     report = c.verify()
@@ -144,8 +144,8 @@ def test_killed_while_writing_part(tmp_path, index_url):
     assert check_consistent(c) == 35
 
 
-def test_killed_between_rename_and_commit(tmp_path, index_url):
-    root = tmp_path / "c"
+def test_killed_between_rename_and_commit(tmp_path, corpus_root, index_url):
+    root = corpus_root
     Corpus.open(root, index_url=index_url).close()
     _run_and_kill(tmp_path, root, index_url, "register")
     c = Corpus.open(root, index_url=index_url)
@@ -164,8 +164,8 @@ def test_killed_between_rename_and_commit(tmp_path, index_url):
     assert c.verify().ok
 
 
-def test_killed_between_rename_and_commit_then_reindex(tmp_path):
-    root = tmp_path / "c"
+def test_killed_between_rename_and_commit_then_reindex(tmp_path, corpus_root):
+    root = corpus_root
     Corpus.open(root).close()
     _run_and_kill(tmp_path, root, None, "register")
     c = Corpus.open(root)
@@ -174,9 +174,9 @@ def test_killed_between_rename_and_commit_then_reindex(tmp_path):
     assert check_consistent(c) == 35 and c.verify().ok
 
 
-def test_killed_at_a_random_moment(tmp_path):
+def test_killed_at_a_random_moment(corpus_root):
     """A writer appending in a loop is SIGKILLed at an arbitrary time; nothing half-done shows."""
-    root = tmp_path / "c"
+    root = corpus_root
     Corpus.open(root).close()
     code = textwrap.dedent(f"""
         import sys
@@ -204,8 +204,8 @@ def test_killed_at_a_random_moment(tmp_path):
     assert c.verify().ok
 
 
-def test_orphan_partly_duplicate_is_rewritten(tmp_path):
-    root = tmp_path / "c"
+def test_orphan_partly_duplicate_is_rewritten(tmp_path, corpus_root):
+    root = corpus_root
     Corpus.open(root).close()
     _run_and_kill(tmp_path, root, None, "register")  # orphan holds ids 20..34
     c = Corpus.open(root)
@@ -213,6 +213,7 @@ def test_orphan_partly_duplicate_is_rewritten(tmp_path):
     rep = c.reindex()
     assert len(rep.rewritten) == 1 and not rep.quarantined
     old, new = rep.rewritten[0]
-    assert not (root / old).exists() and (root / "quarantine" / old.replace("/", "__")).exists()
+    d = local_dir(root)
+    assert not (d / old).exists() and (d / "quarantine" / old.replace("/", "__")).exists()
     assert check_consistent(c) == 35 and c.verify().ok
     assert c.scan({"record_id": c.scan()["record_id"].to_pylist()}).num_rows == 35

@@ -15,8 +15,8 @@ def _rows(table: pa.Table) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: r["record_id"])
 
 
-def test_append_reopen_same_rows(tmp_path, index_url, records):
-    root = tmp_path / "corpus"
+def test_append_reopen_same_rows(corpus_root, index_url, records):
+    root = corpus_root
     c = Corpus.open(root, index_url=index_url)
     res = c.append(records(50, error_every=7))
     assert res.rows == 50 and res.duplicates == 0 and res.part_path.startswith(f"hardware={HW}/part-")
@@ -108,7 +108,9 @@ def test_top_k_fastest_successes_first(corpus, records):
 def test_parts_readable_without_our_code(corpus, records):
     corpus.append(records(12))
     corpus.append(records(8, hardware="cuda-sm_90-h200", start=100))
-    root = corpus.root
+    from storage_synth import local_dir
+
+    root = local_dir(corpus)
     dset = ds.dataset(root, format="parquet", partitioning="hive", ignore_prefixes=[".", "_", "quarantine", "index"])
     table = dset.to_table()
     assert table.num_rows == 20
