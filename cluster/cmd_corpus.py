@@ -60,7 +60,7 @@ def _open(args: argparse.Namespace, *, create: bool = False):
     """The corpus named by the arguments; only ``import-ms`` may create a new one."""
     from storage import Corpus, CorpusError
 
-    if not create and not os.path.isdir(args.corpus):
+    if not create and "://" not in args.corpus and not os.path.isdir(args.corpus):
         raise CorpusError(f"no corpus at {args.corpus!r} (pass --corpus DIR or set TLM_CORPUS)")
     return Corpus.open(args.corpus, index_url=args.index_url)
 

@@ -61,3 +61,17 @@ def test_import_then_export(tmp_path, capsys, ms_database):
     assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--corpus", str(root)]) == 2
     assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--overwrite", "--corpus", str(root)]) == 0
     assert len((tmp_path / "o" / "database_tuning_record.json").read_text().splitlines()) == 1
+
+
+def test_stats_and_verify_of_a_uri_root(tmp_path, capsys):
+    # A corpus root given as a pyarrow.fs URI (here file://) works from the CLI too; it was
+    # refused as "no corpus" by a local-directory check.
+    root = tmp_path / "c"
+    index = f"sqlite:///{tmp_path / 'index.sqlite'}"
+    uri = root.as_uri()
+    with Corpus.open(uri, index_url=index) as c:
+        c.append(make_records(12))
+    assert main(["corpus", "stats", "--json", "--corpus", uri, "--index-url", index]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 12
+    assert main(["corpus", "verify", "--corpus", uri, "--index-url", index]) == 0
+    assert capsys.readouterr().out.strip().endswith("OK")
