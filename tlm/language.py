@@ -65,7 +65,7 @@ from collectors.hardware import Hardware
 from collectors.task import Task
 from tlm.errors import LanguageError
 from tlm.numbers import next_number_tokens, number_tokens
-from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space
+from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, sblocks
 
 logger = logging.getLogger(__name__)
 
@@ -195,25 +195,16 @@ def _name_words(name: str) -> list[str]:
 
 def _blocks(mod: Any) -> list[tuple[str, list[tuple[int, int | None]], str]]:
     """(name, [(iter type, extent)], dtype) of every block but the root, in program order."""
-    func = mod["main"] if hasattr(mod, "functions") or hasattr(mod, "__getitem__") else mod
     out: list = []
-
-    def walk(s: Any) -> None:
-        if type(s).__name__ == "SBlock" and s.name_hint != "root":
-            iters = []
-            for iv in s.iter_vars:
-                ext = iv.dom.extent
-                iters.append((int(iv.iter_type), int(ext.value) if hasattr(ext, "value") else None))
-            dtype = str(s.writes[0].source.dtype) if len(s.writes) else "void"
-            out.append((s.name_hint, iters, dtype))
-        for attr in ("block", "body", "then_case", "else_case"):
-            child = getattr(s, attr, None)
-            if child is not None and not isinstance(child, (int, str)):
-                walk(child)
-        for child in getattr(s, "seq", None) or []:
-            walk(child)
-
-    walk(func.body)
+    for s in sblocks(mod):
+        if s.name_hint == "root":
+            continue
+        iters = []
+        for iv in s.iter_vars:
+            ext = iv.dom.extent
+            iters.append((int(iv.iter_type), int(ext.value) if hasattr(ext, "value") else None))
+        dtype = str(s.writes[0].source.dtype) if len(s.writes) else "void"
+        out.append((s.name_hint, iters, dtype))
     return out
 
 

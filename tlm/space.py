@@ -153,13 +153,14 @@ def block_names(mod: Any) -> tuple[str, ...]:
     return names
 
 
-def _walk_block_names(mod: Any) -> tuple[str, ...]:
+def sblocks(mod: Any) -> list:
+    """Every SBlock of ``mod``'s ``main`` (or of a PrimFunc), root included, in program order."""
     func = mod["main"] if hasattr(mod, "functions") else mod
-    out: list[str] = []
+    out: list = []
 
     def walk(s: Any) -> None:
         if type(s).__name__ == "SBlock":
-            out.append(str(s.name_hint))
+            out.append(s)
         for attr in ("block", "body", "then_case", "else_case"):
             child = getattr(s, attr, None)
             if child is not None and not isinstance(child, (int, str)):
@@ -168,7 +169,11 @@ def _walk_block_names(mod: Any) -> tuple[str, ...]:
             walk(child)
 
     walk(func.body)
-    return tuple(out)
+    return out
+
+
+def _walk_block_names(mod: Any) -> tuple[str, ...]:
+    return tuple(str(b.name_hint) for b in sblocks(mod))
 
 
 def _build(task: Task, hardware: Hardware) -> Space:
