@@ -105,18 +105,7 @@ def index_url():
     if not base:
         yield None
         return
-    import uuid
+    from tests.pg import fresh_pg_database
 
-    import sqlalchemy as sa
-
-    url = sa.make_url(base)
-    name = f"tlm_cluster_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with fresh_pg_database(base, "tlm_cluster") as url:
+        yield url

@@ -8,34 +8,23 @@ plain path and a ``file://`` URI root. The PostgreSQL variant needs ``TLM_TEST_P
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 
 from storage_synth import make_records
+from tests.pg import fresh_pg_database
 
 PG_ENV = "TLM_TEST_PG_URL"
 HW = "cpu-znver4-2c"
 
 
 def _pg_database():
-    import sqlalchemy as sa
-
     base = os.environ.get(PG_ENV)
     if not base:
         pytest.skip(f"{PG_ENV} is not set: no PostgreSQL server for the index tests "
                     "(run `eval \"$(bash scripts/start_postgres.sh)\"` to start one)")
-    url = sa.make_url(base)
-    name = f"tlm_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with fresh_pg_database(base, "tlm_test") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
