@@ -44,7 +44,7 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("collect", help="tune a model's tasks on this machine into a corpus",
+    parser = subparsers.add_parser("collect", help="tune a model's tasks into a corpus (Ray actors; --no-ray for in-process)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_collect_arguments(parser)
     from cluster.collect_job import add_cluster_arguments
