@@ -13,6 +13,7 @@ import importlib
 import logging
 import pkgutil
 import sys
+import warnings
 
 import cluster
 
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tlm`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # torch.export's pytree warns on every model import (a torch-internal deprecation): noise
+    # for a person watching a collection, so it is silenced here, not in the library code.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*", category=FutureWarning)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
