@@ -111,22 +111,22 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guard
-def _verify(args: argparse.Namespace) -> int:
-    with _open(args) as c:
-        report = c.verify()
-    for line in report.lines():
-        print(line)
-    return 0 if report.ok else 1
+def _print_report(action: str):
+    """A command that runs ``Corpus.<action>()`` and prints its report (exit 1 on problems)."""
+
+    @_guard
+    def run(args: argparse.Namespace) -> int:
+        with _open(args) as c:
+            report = getattr(c, action)()
+        for line in report.lines():
+            print(line)
+        return 0 if report.ok else 1
+
+    return run
 
 
-@_guard
-def _reindex(args: argparse.Namespace) -> int:
-    with _open(args) as c:
-        report = c.reindex()
-    for line in report.lines():
-        print(line)
-    return 0 if report.ok else 1
+_verify = _print_report("verify")
+_reindex = _print_report("reindex")
 
 
 @_guard
