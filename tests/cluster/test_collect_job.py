@@ -140,25 +140,31 @@ def test_restarted_driver_resumes_from_the_index(ray_cluster, tmp_path):
     assert len(set(table["record_id"].to_pylist())) == table.num_rows
 
 
-def test_node_death_mid_job_retries_elsewhere_without_duplicates(ray_cluster, tmp_path):
-    """Two nodes of one hardware; one is killed while tasks run: the job still completes."""
-    nodes = [ray_cluster.add_cpu_node(KEY_C), ray_cluster.add_cpu_node(KEY_C)]
-    tasks = [_task(*s) for s in TASKS[:3]]
+def _start_job_and_await_first_part(ray_cluster, tmp_path, tasks, key, job):
+    """Run a 4-trial collection for ``key`` in a thread; return once its first part is on disk
+    (or after 240 s). Returns the thread and the dict its summary lands in (under "s")."""
     result: dict = {}
 
     def drive():
         result["s"] = run_collection(tasks, corpus_root=str(tmp_path), tune_config=_tune_config(trials=4),
-                                     hardware=ray_cluster.hardware, hardware_keys=[KEY_C],
-                                     config=_job(lost_key_grace_s=5))
+                                     hardware=ray_cluster.hardware, hardware_keys=[key], config=job)
 
     th = threading.Thread(target=drive)
     th.start()
-    # Wait for the first flushed batch (a task is mid-way), then kill one of the two nodes.
-    parts = tmp_path / f"hardware={KEY_C}"
+    parts = tmp_path / f"hardware={key}"
     deadline = time.time() + 240
     while time.time() < deadline and not (parts.exists() and any(parts.glob("*.parquet"))):
         time.sleep(0.2)
-    assert parts.exists(), "no records were written"
+    return th, result
+
+
+def test_node_death_mid_job_retries_elsewhere_without_duplicates(ray_cluster, tmp_path):
+    """Two nodes of one hardware; one is killed while tasks run: the job still completes."""
+    nodes = [ray_cluster.add_cpu_node(KEY_C), ray_cluster.add_cpu_node(KEY_C)]
+    tasks = [_task(*s) for s in TASKS[:3]]
+    # Wait for the first flushed batch (a task is mid-way), then kill one of the two nodes.
+    th, result = _start_job_and_await_first_part(ray_cluster, tmp_path, tasks, KEY_C, _job(lost_key_grace_s=5))
+    assert (tmp_path / f"hardware={KEY_C}").exists(), "no records were written"
     victim = nodes[0]
     ray_cluster.cluster.remove_node(victim)
     th.join(timeout=480)
@@ -217,19 +223,8 @@ def test_tasks_of_a_vanished_hardware_are_reported_not_waited_on(ray_cluster, tm
     key = KEY_D
     node = ray_cluster.add_cpu_node(key)
     tasks = [_task(*s) for s in TASKS[:3]]
-    result: dict = {}
-
-    def drive():
-        result["s"] = run_collection(tasks, corpus_root=str(tmp_path), tune_config=_tune_config(trials=4),
-                                     hardware=ray_cluster.hardware, hardware_keys=[key],
-                                     config=_job(lost_key_grace_s=3, max_attempts=2))
-
-    th = threading.Thread(target=drive)
-    th.start()
-    parts = tmp_path / f"hardware={key}"
-    deadline = time.time() + 240
-    while time.time() < deadline and not (parts.exists() and any(parts.glob("*.parquet"))):
-        time.sleep(0.2)
+    th, result = _start_job_and_await_first_part(ray_cluster, tmp_path, tasks, key,
+                                                 _job(lost_key_grace_s=3, max_attempts=2))
     ray_cluster.cluster.remove_node(node)
     th.join(timeout=180)
     assert not th.is_alive(), "the job waited forever for a hardware that is gone"
