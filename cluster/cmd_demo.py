@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="run the whole pipeline on this machine (the main job)",
@@ -174,12 +172,14 @@ def _language(corpus: Any, hw: Any, tasks: list, seed: int) -> dict:
     from collectors.correctness import check_schedule, make_reference
 
     out: dict[str, Any] = {"round_trips": 0, "sentences": 0}
+    prompts: dict[str, tuple] = {}  # workload key -> prompt of its best schedule's sketch
     shown = False
     for task in tasks:
         best = corpus.top_k(task.workload_key, hw.key, 1).to_pylist()
         if not best:
             continue
         sentence = encode(task, hw, best[0]["trace_json"])
+        prompts[task.workload_key] = sentence.prompt
         out["sentences"] += 1
         out["round_trips"] += int(_same_program(task.mod, best[0]["trace_json"], decode(sentence, task, hw)))
         if not shown:
@@ -193,9 +193,8 @@ def _language(corpus: Any, hw: Any, tasks: list, seed: int) -> dict:
     # A constrained random walk: only legal words, so the program is valid by construction.
     rng = random.Random(seed)
     task = max(tasks, key=lambda t: t.flops * t.weight)
-    best = corpus.top_k(task.workload_key, hw.key, 1).to_pylist()
-    if best:
-        words = list(encode(task, hw, best[0]["trace_json"]).prompt)
+    if task.workload_key in prompts:
+        words = list(prompts[task.workload_key])
         steps = 0
         while words[-1] != "[EOS]":
             legal = sorted(legal_next_tokens(words, task, hw))
