@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from collectors.hardware import Hardware
 from collectors.task import Task
 from tlm.language import EOS, PAD, LanguageError, legal_next_tokens, read_decisions, requested_decisions
+from tlm.space import postprocs, refusing_postproc  # noqa: F401 - postprocs is part of this API
 
 logger = logging.getLogger(__name__)
 
@@ -29,24 +30,6 @@ class Program:
 
     trace: Any  # tvm.s_tir.schedule.Trace (the sketch with the sentence's decisions)
     schedule: Any  # tvm.s_tir.schedule.Schedule after every postprocessor
-
-
-_POSTPROCS: dict[tuple, tuple] = {}
-
-
-def postprocs(task: Task, hardware: Hardware) -> tuple:
-    """The target's MetaSchedule postprocessors, initialised with a tune context (cached)."""
-    key = (task.workload_key, hardware.key)
-    if key not in _POSTPROCS:
-        from collectors.design_space import tune_context
-        from tvm.s_tir import meta_schedule as ms
-
-        ctx = tune_context(task.mod, hardware)
-        procs = ms.Postproc.create("cuda" if hardware.kind == "cuda" else "llvm")
-        for p in procs:
-            p._initialize_with_tune_context(ctx)  # noqa: SLF001 - MetaSchedule's own API
-        _POSTPROCS[key] = (ctx, tuple(procs))
-    return _POSTPROCS[key][1]
 
 
 def apply_sentence(sentence: Any, task: Task, hardware: Hardware) -> Program:
@@ -78,10 +61,9 @@ def check_trace(trace: Any, want: dict[int, Any], task: Task, hardware: Hardware
     for i, w in want.items():
         if got.get(i) != (list(w) if isinstance(w, (list, tuple)) else w):
             raise InvalidProgram(f"instruction {i}: requested decision {w}, TVM applied {got.get(i)}")
-    sch.enter_postproc()
-    for p in postprocs(task, hardware):
-        if not p.apply(sch):
-            raise InvalidProgram(f"postprocessor {type(p).__name__} rejected the program")
+    refused = refusing_postproc(sch, task, hardware)
+    if refused is not None:
+        raise InvalidProgram(f"postprocessor {refused} rejected the program")
     return sch
 
 

@@ -379,16 +379,18 @@ class DecisionState:
         return nxt
 
     def _thread_feasible(self, choice: Choice, extent: int, values: list[int]) -> list[int]:
-        """GPU: keep the factors that let every thread-bound loop stay in its legal range."""
+        """GPU: keep the factors that let every thread/pipeline group and the shared memory
+        stay within their limits (``tlm.gpu.feasible_factors``)."""
         from tlm.gpu import feasible_factors
 
         key = (choice.inst_index, tuple(self._factors), extent)
         hit = self._gpu_cache.get(key)
         if hit is None:
-            tiles = {c.inst_index: (c.n, c.extent) for c in self.sketch.choices if c.kind == "tile"}
+            tiles = {c.inst_index: (c.n, c.extent, c.max_innermost)
+                     for c in self.sketch.choices if c.kind == "tile"}
             done = {c.inst_index: v for c, v in self.values if c.kind == "tile"}
             hit = feasible_factors(self.sketch.thread_groups, tiles, done, choice.inst_index,
-                                   self._factors, extent, values)
+                                   self._factors, extent, values, self.sketch.shared_memory)
             self._gpu_cache[key] = hit
         return hit
 
@@ -408,7 +410,7 @@ class DecisionState:
         """(legal numeric values, legal non-numeric words) of the value being written."""
         if choice.kind in ("tile", "ptile"):
             values = tile_factor_values(choice, domain.extent, self._factors)
-            if self.sketch.thread_groups and choice.kind == "tile":
+            if choice.kind == "tile" and (self.sketch.thread_groups or self.sketch.shared_memory):
                 values = self._thread_feasible(choice, domain.extent, values)
             return values, set()
         if choice.kind == "pick":
@@ -598,6 +600,10 @@ class _StateCache:
             st.feed(words[-1])
         else:
             sketch, plen = match_prompt(space, words)
+            live_sketches(space)  # decides sketch.dead
+            if sketch.dead:
+                raise LanguageError(plen - 1, f"sketch {sketch.sketch_id} gives no valid program ({sketch.dead}); "
+                                              f"generate with one of {[s.sketch_id for s in live_sketches(space)]}")
             st = DecisionState(space, sketch, plen)
             for w in words[plen:]:
                 st.feed(w)
@@ -608,6 +614,61 @@ class _StateCache:
         return st
 
 
+#: Constrained random walks tried before a sketch whose own decisions fail is called dead.
+LIVENESS_WALKS = 4
+
+
+def live_sketches(space: Space) -> list[Sketch]:
+    """The sketches generation may choose: those some decisions make a valid program.
+
+    Some sketches fail whatever the decisions (on CUDA, AutoInline's ReverseComputeInline into
+    one of several consumers can leave a buffer no block allocates, so lowering fails); a
+    prompt must not pick them. A sketch is alive when its own sampled decisions, or one of
+    :data:`LIVENESS_WALKS` seeded walks through the legal words, pass every postprocessor;
+    the verdict is kept on ``Sketch.dead`` ("" alive, else the last refusal).
+    """
+    for sk in space.sketches:
+        if sk.dead is None:
+            sk.dead = _dead_reason(space, sk)
+            if sk.dead:
+                logger.warning("%s on %s: sketch %d gives no valid program (%s)", space.task.task_name,
+                               space.hardware.key, sk.sketch_id, sk.dead)
+    return [sk for sk in space.sketches if not sk.dead]
+
+
+def _dead_reason(space: Space, sketch: Sketch) -> str:
+    import random
+
+    from tvm.s_tir.schedule import Schedule
+
+    from tlm.space import refusing_postproc
+
+    reason = ""
+    rng = random.Random(sketch.sketch_id)
+    for attempt in range(LIVENESS_WALKS + 1):
+        if attempt == 0:
+            trace = sketch.trace
+        else:
+            state = DecisionState(space, sketch, 0)
+            try:
+                while not state.ended:
+                    state.feed(rng.choice(sorted(state.legal())))
+            finally:
+                state.close()
+            trace = build_trace(sketch, state.values)
+        sch = Schedule(space.task.mod)
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=True)
+        except Exception as exc:  # noqa: BLE001 - TVM raises its own error kinds
+            reason = f"replay failed: {str(exc).splitlines()[-1][:200]}"
+            continue
+        refused = refusing_postproc(sch, space.task, space.hardware)
+        if refused is None:
+            return ""
+        reason = f"{refused} rejected {attempt + 1} programs"
+    return reason
+
+
 _STATES = _StateCache()
 _STATES_LOCK = threading.Lock()
 
@@ -615,14 +676,19 @@ _STATES_LOCK = threading.Lock()
 def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardware: Hardware) -> set[str]:
     """Exactly the words that may follow ``partial`` and keep it a valid program.
 
-    Inside the prompt: the next word of any sketch's prompt that ``partial`` starts (so the
-    sketch itself may be chosen); after ``decide``: the live domain of the current choice;
+    Inside the prompt: the next word of any live sketch's prompt that ``partial`` starts (so
+    the sketch itself may be chosen; a dead sketch, see ``tlm.space.Sketch.dead``, raises
+    :class:`LanguageError` once its prompt is complete); after ``decide``: the live domain of the current choice;
     after the last decision: ``[EOS]``; after ``[EOS]``: nothing.
     """
     words = split_words(partial)
     space = build_space(task, hardware)
     nxt: set[str] = set()
-    for sk in space.sketches:
+    live = live_sketches(space)
+    if not live:
+        raise LanguageError(0, f"no sketch of {task.task_name} on {hardware.key} gives a valid program: "
+                               + "; ".join(f"sketch {sk.sketch_id}: {sk.dead}" for sk in space.sketches))
+    for sk in live:
         p = prompt_tokens(space, sk)
         if len(words) < len(p) and list(words) == p[: len(words)]:
             nxt.add(p[len(words)])

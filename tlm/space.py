@@ -97,7 +97,9 @@ class Sketch:
     skeleton: tuple[str, ...] = ()  # collectors.design_space.skeleton of the full trace
     simple_skeleton: tuple[str, ...] = ()  # ... of the dead-code-free trace
     simple_choice_index: tuple[int, ...] = ()  # choice positions in the simplified trace
+    dead: str | None = None  # why no decision gives a valid program; "" alive, None unchecked
     thread_groups: tuple = ()  # GPU: tlm.gpu.ThreadGroup bounds on products of tile factors
+    shared_memory: Any = None  # GPU: tlm.gpu.SharedMemory footprint model of its cache reads
 
     @property
     def insts(self) -> list:
@@ -183,12 +185,39 @@ def _build(task: Task, hardware: Hardware) -> Space:
     if hardware.kind == "cuda":
         _ensure_cuda_intrinsics()
     schedules = design_space(task.mod, target)
-    max_threads = None
+    gpu_limits = None
     if hardware.kind == "cuda":
-        max_threads = int(hardware.target.get("max_threads_per_block", 1024))
-    sketches = [_describe(i, sch.trace, task.mod, skeleton, max_threads) for i, sch in enumerate(schedules)]
+        attrs = target.attrs
+        gpu_limits = (int(attrs.get("max_threads_per_block", 1024)),
+                      int(attrs.get("max_shared_memory_per_block", 49152)))
+    sketches = [_describe(i, sch.trace, task.mod, skeleton, gpu_limits) for i, sch in enumerate(schedules)]
     logger.debug("space of %s on %s: %d sketches", task.task_name, hardware.key, len(sketches))
     return Space(task=task, hardware=hardware, target=target, sketches=sketches)
+
+
+_POSTPROCS: dict[tuple, tuple] = {}
+
+
+def postprocs(task: Task, hardware: Hardware) -> tuple:
+    """The target's MetaSchedule postprocessors, initialised with a tune context (cached)."""
+    key = (task.workload_key, hardware.key)
+    if key not in _POSTPROCS:
+        from collectors.design_space import tune_context
+        from tvm.s_tir import meta_schedule as ms
+
+        ctx = tune_context(task.mod, hardware)
+        procs = ms.Postproc.create("cuda" if hardware.kind == "cuda" else "llvm")
+        for p in procs:
+            p._initialize_with_tune_context(ctx)  # noqa: SLF001 - MetaSchedule's own API
+        _POSTPROCS[key] = (ctx, tuple(procs))
+    return _POSTPROCS[key][1]
+
+
+def refusing_postproc(sch: Any, task: Task, hardware: Hardware) -> str | None:
+    """Run every postprocessor of the target on ``sch`` (a replayed schedule, postprocessing
+    entered here); the name of the first one that refuses, or None when all accept."""
+    sch.enter_postproc()
+    return next((type(p).__name__ for p in postprocs(task, hardware) if not p.apply(sch)), None)
 
 
 def _ensure_cuda_intrinsics() -> None:
@@ -202,7 +231,8 @@ def _ensure_cuda_intrinsics() -> None:
         importlib.import_module("tvm.s_tir.tensor_intrin.cuda")
 
 
-def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn, max_threads: int | None = None) -> Sketch:
+def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
+              gpu_limits: tuple[int, int] | None = None) -> Sketch:
     from collectors.design_space import plain_json
 
     kinds: list[str] = []
@@ -237,12 +267,19 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn, max_threads: in
     if len(simple_index) != len(full_index):
         simple_index = ()  # a dead choice: simplified traces of this sketch are not expressible
     groups: tuple = ()
-    if max_threads is not None:
-        from tlm.gpu import thread_groups
+    smem = None
+    if gpu_limits is not None:
+        from tlm.gpu import shared_memory, thread_groups
 
-        groups = thread_groups(plain_json(trace.as_json(remove_postproc=True))[0], max_threads)
+        insts = plain_json(trace.as_json(remove_postproc=True))[0]
+        groups = thread_groups(insts, gpu_limits[0])
+        try:
+            smem = shared_memory(trace, mod, insts, gpu_limits[1])
+        except ValueError as exc:  # generation cannot bound this sketch's shared memory
+            logger.warning("sketch %d: shared memory not modelled: %s", sketch_id, exc)
     return Sketch(
         sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), choices=tuple(choices), thread_groups=groups,
+        shared_memory=smem,
         ann_keys=ann_keys, skeleton=skeleton_fn(trace), simple_skeleton=skeleton_fn(simple),
         simple_choice_index=tuple(simple_index),
     )

@@ -6,6 +6,8 @@ locations). Hardware is fixed (not detected) so prompts are the same on every ma
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import collectors.fast_import as fast_import
@@ -46,6 +48,21 @@ def softmax_mod(m: int = 8, n: int = 100):
     return tvm.IRModule({"main": te.create_prim_func([a, o])})
 
 
+def reshape_split_mod():
+    """A reshape read by three splits: on CUDA, AutoInline reverse-inlines the reshape into one
+    split and leaves the others reading a buffer nobody allocates (a sketch with no valid program)."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((8, 96), name="A")
+    r = te.compute((1, 8, 96), lambda z, i, j: a[i, j], name="T_reshape")
+
+    def part(k: int):
+        return te.compute((1, 8, 32), lambda z, i, j: r[z, i, j + 32 * k], name=f"T_split{k}")
+
+    return tvm.IRModule({"main": te.create_prim_func([a, part(0), part(1), part(2)])})
+
+
 def conv_mod(c: int = 8, hw: int = 14, f: int = 16):
     import tvm
     from tvm import te, topi
@@ -83,7 +100,40 @@ def tasks():
         "matmul": make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul"),
         "softmax": make_task(softmax_mod(), "fused_softmax", "reduction"),
         "conv2d": make_task(conv_mod(), "fused_conv2d_relu", "conv2d"),
+        # big enough that random tiles overflow 48 KiB of shared memory (GPU tests)
+        "matmul_big": make_task(matmul_relu_mod(256, 256, 512), "fused_matmul_relu_big", "matmul"),
+        "conv2d_big": make_task(conv_mod(64, 28, 64), "fused_conv2d_relu_big", "conv2d"),
     }
+
+
+def lowered_shared_bytes(mod, target) -> int:
+    """Bytes of shared memory the lowered program allocates: the passes ``VerifyGPUCode``
+    runs (TVM 0.27, src/s_tir/meta_schedule/postproc/verify_gpu_code.cc), then every
+    shared allocation summed. Raises when lowering fails."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    S, T = s_tir.transform, tirx.transform
+    passes = [S.LowerCrossThreadReduction(), S.LowerInitBlock(), S.PlanAndUpdateBufferAllocationLocation(),
+              S.ConvertBlocksToOpaque(), S.LiftThreadBinding(), S.ManifestSharedMemoryLocalStage(),
+              S.CompactBufferAllocation(), T.StmtSimplify(), S.LowerAutoCopy(), S.UnifyThreadBinding(),
+              S.LowerMatchBuffer(), S.InjectSoftwarePipeline(), S.LowerOpaqueBlock(), T.FlattenBuffer(),
+              T.BF16ComputeLegalize(), T.NarrowDataType(32), T.StmtSimplify(), T.VectorizeLoop(True),
+              S.InjectVirtualThread(), S.InjectDoubleBuffer(), T.StorageRewrite(),
+              S.MergeSharedMemoryAllocations(), T.LowerIntrin()]
+    f = mod["main"].with_attr("global_symbol", "main").with_attr("target", target)
+    lowered = tvm.transform.Sequential(passes)(tvm.IRModule({"main": f.with_attr("tirx.noalias", True)}))
+    total, todo = 0, [lowered["main"].body]
+    while todo:
+        s = todo.pop()
+        if type(s).__name__.startswith("Alloc") and s.buffer.scope().startswith("shared"):
+            total += math.prod(int(e) for e in s.buffer.shape) * tvm.DataType(s.buffer.dtype).bits // 8
+        for attr in ("body", "then_case", "else_case", "block"):
+            child = getattr(s, attr, None)
+            if child is not None and type(child).__module__.startswith("tvm"):
+                todo.append(child)
+        todo.extend(getattr(s, "seq", None) or [])
+    return total
 
 
 def sample_traces(task, hw, per_sketch: int = 2, seed: int = 0):

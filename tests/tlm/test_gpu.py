@@ -1,13 +1,14 @@
-"""CUDA sketches (built without a GPU): thread-extent constraints on tile factors."""
+"""CUDA sketches (built without a GPU): thread, pipeline and shared-memory limits on tile factors."""
 from __future__ import annotations
 
 import math
 import random
 
 import pytest
+from tvm.s_tir.schedule import Schedule
 
-from tlm.constrained import InvalidProgram, apply_sentence
-from tlm.language import EOS, legal_next_tokens, prompt_tokens, read_decisions
+from tlm.constrained import apply_sentence
+from tlm.language import EOS, LanguageError, legal_next_tokens, live_sketches, prompt_tokens, read_decisions
 from tlm.space import build_space
 
 pytestmark = pytest.mark.slow  # the CUDA tensor intrinsics import costs ~15-60 s once
@@ -24,28 +25,66 @@ def test_thread_groups_follow_bind_fuse_split(tasks, cuda_hw):
     assert by_axis["vthread.x"].high == 8
 
 
-@pytest.mark.parametrize("name", ["matmul", "conv2d", "softmax"])
-def test_legal_walks_keep_thread_extents_in_range(tasks, cuda_hw, name):
+def _walk(space, sk, task, hw, rng) -> list[str]:
+    words = prompt_tokens(space, sk)
+    while words[-1] != EOS:
+        legal = legal_next_tokens(words, task, hw)
+        assert legal, f"dead end after {words[-6:]}"
+        words.append(rng.choice(sorted(legal)))
+    return words
+
+
+@pytest.mark.parametrize("name", ["matmul", "conv2d", "softmax", "matmul_big", "conv2d_big"])
+def test_legal_walks_are_valid_gpu_programs(tasks, cuda_hw, name):
+    """Every constrained CUDA walk keeps its thread/pipeline groups in range, allocates the
+    shared memory the model predicts (compared with the lowered program) within the target's
+    limit, and passes every postprocessor, VerifyGPUCode included, without repair."""
+    from tests.tlm.conftest import lowered_shared_bytes
+
     task = tasks[name]
     space = build_space(task, cuda_hw)
     rng = random.Random(5)
-    ok = rejected = 0
+    assert live_sketches(space) == space.sketches  # every sketch of these workloads can be valid
     for sk in space.sketches:
         for _ in range(4):
-            words = prompt_tokens(space, sk)
-            while words[-1] != EOS:
-                legal = legal_next_tokens(words, task, cuda_hw)
-                assert legal
-                words.append(rng.choice(sorted(legal)))
+            words = _walk(space, sk, task, cuda_hw, rng)
             state = read_decisions(words, task, cuda_hw)
             factors = {c.inst_index: v for c, v in state.values if c.kind == "tile"}
             for g in sk.thread_groups:
                 extent = math.prod(factors[t][p] for t, p in g.members)
                 assert g.low <= extent <= g.high, (g.axis, extent)
-            try:
-                apply_sentence(words, task, cuda_hw)  # never repaired; postprocs may still say no
-                ok += 1
-            except InvalidProgram as exc:  # only the (unmodelled) shared-memory limit remains
-                assert "VerifyGPUCode" in str(exc)
-                rejected += 1
-    assert ok >= 3 * rejected
+            program = apply_sentence(words, task, cuda_hw)  # raises InvalidProgram if rejected
+            if sk.shared_memory is not None:
+                model = sk.shared_memory.footprint(factors)
+                assert model <= sk.shared_memory.limit
+                sch = Schedule(task.mod)
+                program.trace.apply_to_schedule(sch, remove_postproc=True)
+                assert model == lowered_shared_bytes(sch.mod, space.target), (sk.sketch_id, factors)
+
+
+def test_big_tasks_have_shared_memory_and_pipelines(tasks, cuda_hw):
+    """The big workloads exercise every limit: shared cache reads are modelled and some sketch
+    pipelines its copies (unconstrained, a third of random programs break a limit)."""
+    from tlm.gpu import PIPELINE_AXIS
+
+    for name in ("matmul_big", "conv2d_big"):
+        sketches = build_space(tasks[name], cuda_hw).sketches
+        assert all(sk.shared_memory is not None for sk in sketches if "CacheRead" in sk.kinds)
+        assert any(g.axis == PIPELINE_AXIS for sk in sketches for g in sk.thread_groups)
+
+
+def test_a_sketch_without_valid_programs_is_never_offered(cuda_hw):
+    """A sketch that fails whatever its decisions is dead: not offered in the prompt, and a
+    prompt that names it gets one clear error instead of a walk to an invalid program."""
+    from tests.tlm.conftest import make_task, reshape_split_mod
+    from tlm.space import refusing_postproc
+
+    task = make_task(reshape_split_mod(), "fused_reshape_split", "layout")
+    space = build_space(task, cuda_hw)
+    assert live_sketches(space) == []
+    assert "VerifyGPUCode" in space.sketches[0].dead
+    sch = Schedule(task.mod)  # the sketch's own decisions are refused too: it is not our doing
+    space.sketches[0].trace.apply_to_schedule(sch, remove_postproc=True)
+    assert refusing_postproc(sch, task, cuda_hw) == "VerifyGPUCode"
+    with pytest.raises(LanguageError, match="no sketch of fused_reshape_split"):
+        legal_next_tokens(["[BOS]"], task, cuda_hw)

@@ -56,38 +56,76 @@ def test_partitioned_tile_domain_is_exact(extent, n, data):
     assert walk_all(c, extent) == brute(c, extent)
 
 
-@settings(max_examples=40, deadline=None)
-@given(e0=st.sampled_from([4, 6, 8, 12, 16, 24]), e1=st.sampled_from([2, 3, 8, 9, 16]),
-       lo=st.integers(1, 8), span=st.integers(0, 16), vmax=st.integers(1, 4))
-def test_thread_group_filter_is_exact(e0, e1, lo, span, vmax):
-    """Walking tiles with the GPU filter reaches exactly the factorisations whose thread and
-    vthread products are in range, with no dead ends."""
-    from tlm.gpu import ThreadGroup, feasible_factors
+def walk_tiles(tiles: list[Choice], groups, smem=None) -> set[tuple]:
+    """Every factorisation a walk over ``tiles`` (in order) with the GPU filter reaches,
+    asserting that no legal prefix is a dead end."""
+    from tlm.gpu import feasible_factors
 
-    hi = lo + span
-    t0, t1 = Choice(10, "tile", n=3, max_innermost=64, extent=e0), Choice(20, "tile", n=3, max_innermost=64, extent=e1)
-    groups = (ThreadGroup("vthread.x", ((10, 0), (20, 0)), 1, vmax),
-              ThreadGroup("threadIdx.x", ((10, 1), (20, 1)), lo, hi))
-    tiles = {10: (3, e0), 20: (3, e1)}
+    table = {c.inst_index: (c.n, c.extent, c.max_innermost) for c in tiles}
     found: set = set()
 
-    def rec(done: dict, cur: Choice, chosen: list) -> None:
-        ext = cur.extent
-        values = feasible_factors(groups, tiles, done, cur.inst_index, chosen, ext,
-                                  tile_factor_values(cur, ext, chosen))
+    def rec(done: dict, k: int, chosen: list) -> None:
+        cur = tiles[k]
+        values = feasible_factors(groups, table, done, cur.inst_index, chosen, cur.extent,
+                                  tile_factor_values(cur, cur.extent, chosen), smem)
         if not values:
             assert not done and not chosen, f"dead end at {done} {chosen}"
             return
         for v in values:
             nxt = chosen + [v]
             if len(nxt) < cur.n:
-                rec(done, cur, nxt)
-            elif cur is t0:
-                rec({10: nxt}, t1, [])
+                rec(done, k, nxt)
+            elif k + 1 < len(tiles):
+                rec({**done, cur.inst_index: nxt}, k + 1, [])
             else:
-                found.add((tuple(done[10]), tuple(nxt)))
+                found.add(tuple(tuple(done[c.inst_index]) for c in tiles[:-1]) + (tuple(nxt),))
 
-    rec({}, t0, [])
+    rec({}, 0, [])
+    return found
+
+
+@settings(max_examples=40, deadline=None)
+@given(e0=st.sampled_from([4, 6, 8, 12, 16, 24]), e1=st.sampled_from([2, 3, 8, 9, 16]),
+       lo=st.integers(1, 8), span=st.integers(0, 16), vmax=st.integers(1, 4))
+def test_thread_group_filter_is_exact(e0, e1, lo, span, vmax):
+    """Walking tiles with the GPU filter reaches exactly the factorisations whose thread and
+    vthread products are in range, with no dead ends."""
+    from tlm.gpu import ThreadGroup
+
+    hi = lo + span
+    t0, t1 = Choice(10, "tile", n=3, max_innermost=64, extent=e0), Choice(20, "tile", n=3, max_innermost=64, extent=e1)
+    groups = (ThreadGroup("vthread.x", ((10, 0), (20, 0)), 1, vmax),
+              ThreadGroup("threadIdx.x", ((10, 1), (20, 1)), lo, hi))
     want = {(a, b) for a in brute(t0, e0) for b in brute(t1, e1)
             if a[0] * b[0] <= vmax and lo <= a[1] * b[1] <= hi}
-    assert found == want
+    assert walk_tiles([t0, t1], groups) == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(e0=st.sampled_from([4, 6, 8, 12, 16]), e1=st.sampled_from([2, 4, 6, 9, 16]),
+       e2=st.sampled_from([1, 3, 4]), lo=st.integers(1, 4), pipe=st.booleans(),
+       limit=st.integers(4, 400), inner=st.sampled_from([-1, 2, 4]))
+def test_shared_memory_filter_is_exact(e0, e1, e2, lo, pipe, limit, inner):
+    """With a shared-memory limit (a conv-like ``x[i, k, y + r]`` access, thread-bound and
+    inner levels relaxed), a pipelined loop (extent >= 2) and a thread range, the walk reaches
+    exactly the factorisations whose footprint fits, with no dead ends."""
+    from tlm.gpu import PIPELINE_AXIS, NO_LIMIT, SharedBuffer, SharedMemory, ThreadGroup, span
+
+    ti = Choice(10, "tile", n=3, max_innermost=inner, extent=e0)  # spatial: block, thread, inner
+    tk = Choice(20, "tile", n=2, max_innermost=inner, extent=e1)  # reduction: outer, inner
+    tr = Choice(30, "tile", n=2, max_innermost=inner, extent=e2)  # reduction: outer, inner
+    groups = [ThreadGroup("threadIdx.x", ((10, 1),), lo, 8)]
+    if pipe:
+        groups.append(ThreadGroup(PIPELINE_AXIS, ((20, 0), (30, 0)), 2, NO_LIMIT))
+    buf = SharedBuffer("x", 2, ((e0, 1, ((10, 1),)), (e1, 1, ((20, 1),)), (e0 + e2 - 1, 1, ((10, 1), (30, 1)))),
+                       ((10, (1, 2)), (20, (1,)), (30, (1,))), versions=2 if pipe else 1)
+    smem = SharedMemory(limit=limit, buffers=(buf,))
+
+    def fits(a, b, c) -> bool:
+        threads_ok = lo <= a[1] <= 8 and (not pipe or b[0] * c[0] >= 2)
+        return threads_ok and smem.footprint({10: a, 20: b, 30: c}) <= limit
+
+    want = {(a, b, c) for a in brute(ti, e0) for b in brute(tk, e1) for c in brute(tr, e2) if fits(a, b, c)}
+    assert walk_tiles([ti, tk, tr], tuple(groups), smem) == want
+    for a, b, c in want:  # the model's span is the range of the relaxed levels
+        assert span(a, (1, 2)) == a[1] * a[2] - 1
