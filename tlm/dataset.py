@@ -118,19 +118,36 @@ def _row(sentence: Any, task: Task, hw: Hardware, split: str, source: str, laten
     }
 
 
+#: MetaSchedule samples tried per pretraining sentence before a sketch is given up.
+SAMPLE_ATTEMPTS = 4
+
+
 def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: int = 0) -> list[dict]:
-    """Sentences of ``per_sketch`` random valid programs of every sketch (TVM samples them)."""
+    """Sentences of up to ``per_sketch`` random valid programs of every live sketch.
+
+    MetaSchedule samples the decisions (its own distribution, as TLM pretrains); a sample the
+    target's postprocessors refuse (on CUDA: thread, shared-memory or pipeline limits) is not
+    a valid program and is dropped, so at most ``SAMPLE_ATTEMPTS * per_sketch`` are tried.
+    """
     from tvm.s_tir.schedule import Schedule, Trace
 
-    from tlm.language import encode
-    from tlm.space import build_space
+    from tlm.language import encode, live_sketches
+    from tlm.space import build_space, refusing_postproc
 
     rows, seen = [], set()
-    for sk in build_space(task, hw).sketches:
-        for j in range(per_sketch):
+    space = build_space(task, hw)
+    for sk in live_sketches(space):
+        kept = 0
+        for j in range(SAMPLE_ATTEMPTS * per_sketch):
+            if kept == per_sketch:
+                break
             sch = Schedule(task.mod, seed=seed * 100003 + sk.sketch_id * 1009 + j + 1)
             Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
-            s = encode(task, hw, sch.trace)
+            trace = sch.trace
+            if refusing_postproc(sch, task, hw) is not None:
+                continue
+            kept += 1
+            s = encode(task, hw, trace)
             if s.text not in seen:  # identical samples teach nothing twice
                 seen.add(s.text)
                 rows.append(_row(s, task, hw, split, "sampled"))
