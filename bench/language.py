@@ -8,7 +8,18 @@ legal words while replaying incrementally (target: <= 1 ms per decision step).
 Tasks are real: the heaviest few of each op kind from small zoo models (ResNet-50, BERT,
 GPT-2; ``collectors.tasks.extract_tasks(..., small=True)``) on this machine's CPU.
 
-    .venv/bin/python -m bench.language [--per-kind 2] [--walks 3] [--out bench/results/language.json]
+Two more side-by-side comparisons:
+
+* **CUDA validity** (programs are built and checked, not run: no GPU is needed): for every
+  task of the ``--cuda-models`` on an H200-like target, the share of MetaSchedule's own random
+  samples of each sketch that its postprocessors accept, against the share of constrained
+  sentences (``legal_next_tokens`` walks) that are valid as written. Sketches that give no
+  valid program at all are counted apart.
+* **Model step**: one incremental GPT-2 decoding step (random weights, KV cache, batch 1) at
+  the sizes the TLM uses, so the grammar's cost per step reads as a fraction of the model's.
+
+    .venv/bin/python -m bench.language [--per-kind 2] [--walks 3] [--cuda-models resnet50,bert_base]
+                                       [--out bench/results/language.json]
 """
 from __future__ import annotations
 
@@ -168,22 +179,115 @@ def run(per_kind: int, walks: int, seed: int) -> dict:
     return result
 
 
+def cuda_validity(models: list[str], walks: int, seed: int) -> dict:
+    """Constrained CUDA sentences vs MetaSchedule's own sampling: how many are valid programs."""
+    from collectors.hardware import cuda_hardware_of
+    from collectors.tasks import extract_tasks
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    import tlm.language as L
+    from tlm.constrained import InvalidProgram, apply_sentence
+    from tlm.space import build_space, refusing_postproc
+
+    hw = cuda_hardware_of("NVIDIA H200", "9.0", 132)
+    rng = random.Random(seed)
+    ms_ok = ms_n = ours_ok = ours_n = dead = n_sketches = n_tasks = 0
+    refused: dict[str, int] = defaultdict(int)
+    steps: list[float] = []
+    for m in models:
+        for task in extract_tasks(m, hw, small=True):
+            n_tasks += 1
+            space = build_space(task, hw)
+            live = L.live_sketches(space)
+            n_sketches += len(space.sketches)
+            dead += len(space.sketches) - len(live)
+            for sk in live:
+                for k in range(walks):  # the plain library path: MetaSchedule samples decisions
+                    sch = Schedule(task.mod, seed=rng.randint(1, 10**6))
+                    Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+                    why = refusing_postproc(sch, task, hw)
+                    ms_n += 1
+                    ms_ok += why is None
+                    if why is not None:
+                        refused[why] += 1
+                for _ in range(walks):  # ours: a walk through the legal words
+                    words = L.prompt_tokens(space, sk)
+                    while words[-1] != L.EOS:
+                        t = time.perf_counter()
+                        legal = L.legal_next_tokens(words, task, hw)
+                        steps.append(time.perf_counter() - t)
+                        words.append(rng.choice(sorted(legal)))
+                    ours_n += 1
+                    try:
+                        apply_sentence(words, task, hw)
+                        ours_ok += 1
+                    except InvalidProgram as exc:
+                        logger.error("invalid constrained CUDA sentence for %s sketch %d: %s",
+                                     task.task_name, sk.sketch_id, exc)
+    return {
+        "hardware_key": hw.key, "models": models, "tasks": n_tasks, "sketches": n_sketches,
+        "sketches_without_valid_programs": dead,
+        "metaschedule_samples": {"n": ms_n, "valid": ms_ok, "valid_share": round(ms_ok / max(ms_n, 1), 4),
+                                 "refused_by": dict(refused)},
+        "constrained_sentences": {"n": ours_n, "valid": ours_ok, "valid_share": round(ours_ok / max(ours_n, 1), 4)},
+        "legal_words_per_step": _summary_ms(steps),
+    }
+
+
+def model_step_ms(configs: dict[str, dict], vocab: int, context: int, reps: int = 30) -> dict:
+    """Milliseconds of one incremental GPT-2 decoding step (KV cache, batch 1, random weights)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    out = {}
+    for name, cfg in configs.items():
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=context + reps + 1, **cfg)).eval()
+        ids = torch.randint(0, vocab, (1, context))
+        times = []
+        with torch.no_grad():
+            past = model(ids, use_cache=True).past_key_values
+            nxt = ids[:, -1:]
+            for _ in range(reps):
+                t = time.perf_counter()
+                res = model(nxt, past_key_values=past, use_cache=True)
+                times.append(time.perf_counter() - t)
+                past, nxt = res.past_key_values, res.logits[:, -1:].argmax(-1)
+        out[name] = {"config": cfg, **_summary_ms(times[3:])}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--per-kind", type=int, default=2, help="tasks per op kind")
     p.add_argument("--walks", type=int, default=3, help="random legal walks per sketch")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cuda-models", default="resnet50,bert_base",
+                   help="zoo models whose CUDA tasks are checked ('' to skip)")
+    p.add_argument("--cuda-walks", type=int, default=2, help="samples and walks per CUDA sketch")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "language.json"))
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     result = run(args.per_kind, args.walks, args.seed)
+    from tlm.tokenizer import language_vocabulary
+
+    vocab = len(language_vocabulary())
+    result["model_step"] = model_step_ms(
+        {"tiny": {"n_embd": 64, "n_layer": 2, "n_head": 2},
+         "gpt2_small": {"n_embd": 768, "n_layer": 12, "n_head": 12}}, vocab=vocab, context=256)
+    grammar = result["constrained_walks_warm"]["per_step"]["mean_ms"]
+    result["grammar_share_of_step"] = {k: round(grammar / (grammar + v["mean_ms"]), 4)
+                                       for k, v in result["model_step"].items()}
+    if args.cuda_models:
+        result["cuda_validity"] = cuda_validity(args.cuda_models.split(","), args.cuda_walks, args.seed)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(json.dumps({k: result[k] for k in ("sentences", "encode", "decode_checked", "plain_library_path")}, indent=1))
     print(json.dumps({"cold": result["constrained_walks_cold"]["per_step"],
                       "warm": result["constrained_walks_warm"]["per_step"],
-                      "cold_by_choice": result["constrained_walks_cold"]["per_step_by_choice"]}, indent=1))
+                      "cold_by_choice": result["constrained_walks_cold"]["per_step_by_choice"],
+                      "model_step": result["model_step"], "grammar_share_of_step": result["grammar_share_of_step"],
+                      "cuda_validity": result.get("cuda_validity")}, indent=1))
     print(f"wrote {args.out}")
     return 0
 
