@@ -184,3 +184,24 @@ def test_the_docstring_example_is_what_encode_writes(tasks, cpu_hw):
     assert words[: len(prompt)] == prompt
     back = decode(words, task, cpu_hw)
     assert sampling_decisions(back) == [[2, 4, 1, 8], [1, 6, 4, 4], [16, 8], 3]
+
+
+def test_replays_reuse_their_threads(tasks, cpu_hw, monkeypatch):
+    """Reading sentence after sentence does not start a thread each time: a finished replay's
+    worker takes the next one (a live replay holds its thread until it ends or is closed)."""
+    import threading
+
+    task = tasks["softmax"]
+    sentence = encode(task, cpu_hw, sample_traces(task, cpu_hw, per_sketch=1)[0])
+    decode(sentence, task, cpu_hw)
+    started = []
+    real_start = threading.Thread.start
+
+    def counting_start(self):
+        started.append(self.name)
+        return real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    for _ in range(20):
+        decode(sentence, task, cpu_hw)
+    assert started.count("tlm-replay") <= 1
