@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -63,20 +62,16 @@ from typing import Any, Sequence
 
 from collectors.hardware import Hardware
 from collectors.task import Task
+from tlm.decisions import (  # noqa: F401 - re-exported: the language's public API
+    LIVENESS_WALKS, DecisionState, build_trace, divisors, live_sketches, requested_decisions, tile_factor_values)
 from tlm.errors import LanguageError
-from tlm.numbers import next_number_tokens, number_tokens
+from tlm.numbers import number_tokens
 from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, sblocks
+from tlm.words import (  # noqa: F401 - re-exported
+    BOS, DECIDE, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK, word_order)
 
 logger = logging.getLogger(__name__)
 
-BOS, EOS, PAD, UNK = "[BOS]", "[EOS]", "[PAD]", "[UNK]"
-DECIDE = "decide"
-#: Choice kind -> the word that opens its decision group.
-GROUP_WORD = {"tile": "tile", "ptile": "ptile", "pick": "pick", "at": "at", "parallel": "parallel"}
-LOCATION_WORDS = {-1: "root", -2: "inline"}
-#: ISA flags worth a word in the prompt (others are left out to keep prompts short).
-ISA_WORDS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-             "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8", "neon", "sve", "sve2", "dotprod")
 _ITER_WORD = {0: "S", 2: "R"}  # DataPar, CommReduce; anything else is "O" (ordered/opaque)
 
 
@@ -297,223 +292,6 @@ def _first_difference(key: tuple, sketches: Sequence[Sketch]) -> tuple[int, str]
 # ------------------------------------------------------------------------------------------
 # constrained decisions
 # ------------------------------------------------------------------------------------------
-_DIVISORS: dict[int, tuple[int, ...]] = {}
-
-
-def divisors(n: int) -> tuple[int, ...]:
-    """All divisors of ``n`` in increasing order (cached)."""
-    d = _DIVISORS.get(n)
-    if d is None:
-        small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
-        d = tuple(sorted(set(small + [n // i for i in small])))
-        if len(_DIVISORS) < 100_000:
-            _DIVISORS[n] = d
-    return d
-
-
-def tile_factor_values(choice: Choice, extent: int, chosen: Sequence[int]) -> list[int]:
-    """Legal values of the next tile factor after ``chosen`` (product must equal ``extent``).
-
-    Perfect tile: every factor divides what is left; the last factor is what is left; the one
-    before it must leave at most ``max_innermost``. Partitioned tile: the factors before
-    ``partition_pos`` must leave a multiple of ``innerpart_factor``.
-    """
-    rest = extent // math.prod(chosen) if chosen else extent
-    i, n = len(chosen), choice.n
-    if i == n - 1:
-        ok = [rest]
-        if choice.kind == "tile" and choice.max_innermost > 0 and rest > choice.max_innermost:
-            ok = []
-        return ok
-    divs = divisors(rest)
-    if choice.kind == "tile":
-        if i == n - 2 and choice.max_innermost > 0:
-            return [d for d in divs if rest // d <= choice.max_innermost]
-        return list(divs)
-    if i < choice.partition_pos and choice.innerpart_factor > 1:
-        return [d for d in divs if (rest // d) % choice.innerpart_factor == 0]
-    return list(divs)
-
-
-class DecisionState:
-    """The decision part of one sentence being read or written, token by token.
-
-    Holds a :class:`tlm.replay.LiveReplay` of the sketch, so every legal set is computed from
-    the live schedule. ``legal()`` is the set of words that keep the sentence a valid
-    program; ``feed(word)`` advances (raising :class:`LanguageError` on an illegal word).
-    """
-
-    def __init__(self, space: Space, sketch: Sketch, prompt_len: int) -> None:
-        from tlm.replay import LiveReplay
-
-        self.space, self.sketch = space, sketch
-        self.position = prompt_len  # token position of the next word
-        key = (space.uid,)
-        self.replay = LiveReplay(sketch, space.task.mod, cache_key=key)
-        self.values: list[tuple[Choice, Any]] = []  # (choice, decision value) so far
-        self.ended = False  # [EOS] seen
-        self._in_group = False
-        self._typed: list[str] = []  # words of the number being written
-        self._factors: list[int] = []  # tile factors of the group being written
-        self._gpu_cache: dict[tuple, list[int]] = {}  # thread-feasible factors per position
-
-    # -- queries ---------------------------------------------------------------------------
-    @property
-    def complete(self) -> bool:
-        return self.ended
-
-    def legal(self) -> set[str]:
-        """Words that may come next (empty once ``[EOS]`` has been read)."""
-        if self.ended:
-            return set()
-        cur = self.replay.current()
-        if cur is None:
-            return {EOS}
-        choice, domain = cur
-        if not self._in_group:
-            return {GROUP_WORD[choice.kind]}
-        values, words = self._values(choice, domain)
-        nxt, _ = next_number_tokens(values, self._typed)
-        if not self._typed:
-            nxt |= words
-        return nxt
-
-    def _thread_feasible(self, choice: Choice, extent: int, values: list[int]) -> list[int]:
-        """GPU: keep the factors that let every thread/pipeline group and the shared memory
-        stay within their limits (``tlm.gpu.feasible_factors``)."""
-        from tlm.gpu import feasible_factors
-
-        key = (choice.inst_index, tuple(self._factors), extent)
-        hit = self._gpu_cache.get(key)
-        if hit is None:
-            tiles = {c.inst_index: (c.n, c.extent, c.max_innermost)
-                     for c in self.sketch.choices if c.kind == "tile"}
-            done = {c.inst_index: v for c, v in self.values if c.kind == "tile"}
-            hit = feasible_factors(self.sketch.thread_groups, tiles, done, choice.inst_index,
-                                   self._factors, extent, values, self.sketch.shared_memory)
-            self._gpu_cache[key] = hit
-        return hit
-
-    def _allowed(self, word: str) -> bool:
-        """``word in self.legal()``, without listing every compute location when reading."""
-        cur = self.replay.current() if not self.ended else None
-        if cur is not None and self._in_group and cur[0].kind == "at":
-            words = {w: v for v, w in LOCATION_WORDS.items()}
-            if not self._typed and word in words:
-                return cur[1].allows_location(words[word])
-            if not self._typed and word.isdigit() and int(word) <= 1024:  # loop indices are small
-                return cur[1].allows_location(int(word))
-            return word in self.legal()
-        return word in self.legal()
-
-    def _values(self, choice: Choice, domain: Any) -> tuple[list[int], set[str]]:
-        """(legal numeric values, legal non-numeric words) of the value being written."""
-        if choice.kind in ("tile", "ptile"):
-            values = tile_factor_values(choice, domain.extent, self._factors)
-            if choice.kind == "tile" and (self.sketch.thread_groups or self.sketch.shared_memory):
-                values = self._thread_feasible(choice, domain.extent, values)
-            return values, set()
-        if choice.kind == "pick":
-            return sorted(set(choice.candidates)), set()
-        if choice.kind == "parallel":
-            return list(range(1, choice.max_parallel + 1)), set()
-        locs = domain.locations
-        return [v for v in locs if v >= 0], {LOCATION_WORDS[v] for v in locs if v < 0}
-
-    # -- advancing -------------------------------------------------------------------------
-    def feed(self, word: str) -> None:
-        """Read one word; raises :class:`LanguageError` naming the position when illegal."""
-        if not self._allowed(word):
-            raise LanguageError(self.position, self._why(word, self.legal()))
-        self.position += 1
-        if word == EOS:
-            self.ended = True
-            return
-        choice, domain = self.replay.current()
-        if not self._in_group:
-            self._in_group = True
-            return
-        if choice.kind == "at" and not self._typed and word in LOCATION_WORDS.values():
-            value = {w: v for v, w in LOCATION_WORDS.items()}[word]
-        else:
-            self._typed.append(word)
-            values, _ = self._values(choice, domain)
-            _, value = next_number_tokens(values, self._typed)
-            if value is None:
-                return
-        self._typed = []
-        if choice.kind in ("tile", "ptile"):
-            self._factors.append(value)
-            if len(self._factors) < choice.n:
-                return
-            value, self._factors = list(self._factors), []
-        self._in_group = False
-        self.values.append((choice, value))
-        tvm_value = choice.candidates.index(value) if choice.kind == "pick" else value
-        self.replay.decide(tvm_value)
-
-    def _why(self, word: str, legal: set[str]) -> str:
-        cur = self.replay.current()
-        shown = " ".join(sorted(legal, key=_word_order)[:12]) + (" ..." if len(legal) > 12 else "")
-        if cur is None:
-            where = "after the last decision"
-        else:
-            c, d = cur
-            where = f"in the {c.kind} choice of instruction {c.inst_index}"
-            if c.kind in ("tile", "ptile"):
-                where += f" (loop extent {d.extent}, factors so far {self._factors or '[]'})"
-            elif c.kind == "at":
-                where += f" (legal locations {list(d.locations)})"
-        return f"illegal word {word!r} {where}; legal: {shown or 'nothing'}"
-
-    def close(self) -> None:
-        self.replay.close()
-
-    def trace(self) -> Any:
-        """The sketch's trace with the decisions read so far (requires a complete sentence)."""
-        if not self.ended:
-            raise LanguageError(self.position, "the sentence is not complete")
-        return build_trace(self.sketch, self.values)
-
-
-def build_trace(sketch: Sketch, values: Sequence[tuple[Choice, Any]]) -> Any:
-    """The sketch's instructions with parallel values replaced and every decision set."""
-    import tvm
-    from tvm.s_tir.schedule import Instruction, Trace
-
-    by_index = {c.inst_index: v for c, v in values}
-    insts, decisions = [], {}
-    for i, inst in enumerate(sketch.trace.insts):
-        if inst.kind.name == "EnterPostproc":
-            break
-        c = next((c for c in sketch.choices if c.inst_index == i), None)
-        if c is not None and c.kind == "parallel":
-            old = inst.inputs[1]
-            new_val = tvm.tirx.IntImm(getattr(old, "dtype", "int32"), int(by_index[i]))
-            inst = Instruction(inst.kind, [inst.inputs[0], new_val], inst.attrs, inst.outputs)
-        insts.append(inst)
-        if c is not None and c.kind != "parallel":
-            v = by_index[i]
-            if c.kind == "pick":
-                v = c.candidates.index(v)
-            decisions[inst] = [int(x) for x in v] if isinstance(v, list) else int(v)
-    return Trace(insts, decisions)
-
-
-def requested_decisions(sketch: Sketch, values: Sequence[tuple[Choice, Any]]) -> dict[int, Any]:
-    """Instruction index -> TVM decision for the values of a sentence (for repair checks)."""
-    out = {}
-    for c, v in values:
-        if c.kind == "parallel":
-            continue
-        out[c.inst_index] = c.candidates.index(v) if c.kind == "pick" else v
-    return out
-
-
-def _word_order(w: str) -> tuple:
-    return (0, int(w)) if w.isdigit() else (1, w)
-
-
 # ------------------------------------------------------------------------------------------
 # decode and legal words
 # ------------------------------------------------------------------------------------------
@@ -563,7 +341,7 @@ def read_decisions(sentence: Sentence | str | Sequence[str], task: Task, hardwar
                 raise LanguageError(state.position, f"word {w!r} after [EOS]")
             state.feed(w)
         if not state.ended:
-            legal = " ".join(sorted(state.legal(), key=_word_order)[:12])
+            legal = " ".join(sorted(state.legal(), key=word_order)[:12])
             raise LanguageError(state.position, f"the sentence ends before its decisions are complete; "
                                                 f"expected one of: {legal}")
     finally:
@@ -612,61 +390,6 @@ class _StateCache:
             _, old = self._states.popitem(last=False)
             old.close()
         return st
-
-
-#: Constrained random walks tried before a sketch whose own decisions fail is called dead.
-LIVENESS_WALKS = 4
-
-
-def live_sketches(space: Space) -> list[Sketch]:
-    """The sketches generation may choose: those some decisions make a valid program.
-
-    Some sketches fail whatever the decisions (on CUDA, AutoInline's ReverseComputeInline into
-    one of several consumers can leave a buffer no block allocates, so lowering fails); a
-    prompt must not pick them. A sketch is alive when its own sampled decisions, or one of
-    :data:`LIVENESS_WALKS` seeded walks through the legal words, pass every postprocessor;
-    the verdict is kept on ``Sketch.dead`` ("" alive, else the last refusal).
-    """
-    for sk in space.sketches:
-        if sk.dead is None:
-            sk.dead = _dead_reason(space, sk)
-            if sk.dead:
-                logger.warning("%s on %s: sketch %d gives no valid program (%s)", space.task.task_name,
-                               space.hardware.key, sk.sketch_id, sk.dead)
-    return [sk for sk in space.sketches if not sk.dead]
-
-
-def _dead_reason(space: Space, sketch: Sketch) -> str:
-    import random
-
-    from tvm.s_tir.schedule import Schedule
-
-    from tlm.space import refusing_postproc
-
-    reason = ""
-    rng = random.Random(sketch.sketch_id)
-    for attempt in range(LIVENESS_WALKS + 1):
-        if attempt == 0:
-            trace = sketch.trace
-        else:
-            state = DecisionState(space, sketch, 0)
-            try:
-                while not state.ended:
-                    state.feed(rng.choice(sorted(state.legal())))
-            finally:
-                state.close()
-            trace = build_trace(sketch, state.values)
-        sch = Schedule(space.task.mod)
-        try:
-            trace.apply_to_schedule(sch, remove_postproc=True)
-        except Exception as exc:  # noqa: BLE001 - TVM raises its own error kinds
-            reason = f"replay failed: {str(exc).splitlines()[-1][:200]}"
-            continue
-        refused = refusing_postproc(sch, space.task, space.hardware)
-        if refused is None:
-            return ""
-        reason = f"{refused} rejected {attempt + 1} programs"
-    return reason
 
 
 _STATES = _StateCache()

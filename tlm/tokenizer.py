@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable
 
-from tlm.language import BOS, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK
 from tlm.numbers import DIGITS, number_vocabulary
 from tlm.space import INSTRUCTION_KINDS
+from tlm.words import BOS, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK
 
 logger = logging.getLogger(__name__)
 
