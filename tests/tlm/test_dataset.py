@@ -123,7 +123,7 @@ def test_sets_load_with_ray_data(built):
             assert ds.count() == table.num_rows > 0
             rows = ds.take_all()
             assert sorted(r["text"] for r in rows) == sorted(table.column("text").to_pylist())
-            train = ds.filter(lambda r: r["split"] == "train").count()
+            train = ds.filter(expr="split == 'train'").count()
             assert train == sum(1 for s in table.column("split").to_pylist() if s == "train")
     finally:
         if started:
