@@ -135,7 +135,8 @@ class DecisionState:
                 values = self._thread_feasible(choice, domain.extent, values)
             return values, set()
         if choice.kind == "pick":
-            return sorted(set(choice.candidates)), set()
+            lanes = self.sketch.vector_lanes.get(choice.inst_index)
+            return sorted(v for v in set(choice.candidates) if lanes is None or v <= lanes), set()
         if choice.kind == "parallel":
             return list(range(1, choice.max_parallel + 1)), set()
         locs = domain.locations

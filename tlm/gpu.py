@@ -47,6 +47,7 @@ PIPELINE_AXIS = "software_pipeline"
 _LOW_KEY = "meta_schedule.thread_extent_low_inclusive"
 _HIGH_KEY = "meta_schedule.thread_extent_high_inclusive"
 _PIPELINE_KEY = "software_pipeline_stage"
+_WARP_KEY = "warp_execution"
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,16 @@ def _split_members(insts: Sequence[list], producer: dict, rv: Any) -> list[tuple
     return None
 
 
-def thread_groups(insts: Sequence[list], max_threads: int) -> tuple[ThreadGroup, ...]:
+def thread_groups(insts: Sequence[list], max_threads: int, warp: int = 32) -> tuple[ThreadGroup, ...]:
     """Thread and pipeline groups of a sketch from its plain-JSON instructions
-    (``[kind, inputs, attrs, outputs]``)."""
+    (``[kind, inputs, attrs, outputs]``).
+
+    In a sketch with a ``warp_execution`` block (tensor-core sketches) a warp of ``warp``
+    threads runs along ``threadIdx.x``, so a tiled ``threadIdx.y``/``z`` loop counts ``warp``
+    threads per iteration: its bounds are the block's divided by ``warp``.
+    """
     producer = _producers(insts)
+    warp_execution = any(x[0] == "Annotate" and x[2] and x[2][0] == _WARP_KEY for x in insts)
     groups = []
     for i, inst in enumerate(insts):
         if inst[0] == "Annotate" and inst[2] and inst[2][0] == _PIPELINE_KEY:
@@ -119,6 +126,8 @@ def thread_groups(insts: Sequence[list], max_threads: int) -> tuple[ThreadGroup,
                     low = int(later[1][1])
                 if later[0] == "Annotate" and later[2][0] == _HIGH_KEY:
                     high = min(high, int(later[1][1]))
+        if warp_execution and axis.startswith("threadIdx") and axis != "threadIdx.x":
+            low, high = -(-low // warp), high // warp
         groups.append(ThreadGroup(axis, tuple(m), low, high))
     return tuple(groups)
 
@@ -137,6 +146,40 @@ class SharedBuffer:
     dims: tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...]
     relaxed: tuple[tuple[int, tuple[int, ...]], ...]
     versions: int = 1  # copies kept by a software pipeline (max stage - min stage + 1)
+    align: tuple[int, int, int] | None = None  # StorageAlign (axis, factor, offset): padded stride
+    pool: str = ""  # "": static shared (summed); "dyn-read"/"dyn-write": merged shared.dyn phases
+
+
+def total_bytes(sizes: Sequence[tuple[str, int]]) -> int:
+    """What VerifyGPUCode counts, at most, for buffers of these (pool, bytes).
+
+    Static ``shared`` buffers add up (exact). ``shared.dyn`` buffers (tensor-core sketches)
+    go through ``StorageRewrite`` and ``MergeSharedMemoryAllocations``, which let the output
+    staging reuse the memory of the input copies once they are dead, and start each buffer
+    at a 64-byte boundary. Their reuse rules (size classes within 16x, one or several dead
+    buffers) are not modelled; the sum of the 64-byte-aligned sizes is an upper bound on
+    what they allocate, so the limit holds by construction, at the price of refusing some
+    tensor-core tilings that reuse would have made fit (measured on fp16 matmuls: the bound
+    is 1.0-2.2x the lowered size).
+    """
+    static = sum(n for pool, n in sizes if not pool)
+    return static + sum(_align64(n) for pool, n in sizes if pool)
+
+
+def _align64(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+def buffer_bytes(nbytes: int, extents: Sequence[int], align: tuple[int, int, int] | None) -> int:
+    """Bytes of one buffer of these extents; with ``StorageAlign(axis, factor, offset)`` the
+    stride of ``axis`` (the elements after it) is padded to ``offset`` modulo ``factor``."""
+    if align is None:
+        return nbytes * math.prod(extents)
+    axis, factor, offset = align
+    axis %= len(extents)
+    inner = math.prod(extents[axis + 1:])
+    inner += (offset - inner) % factor
+    return nbytes * math.prod(extents[: axis + 1]) * inner
 
 
 @dataclass(frozen=True)
@@ -148,14 +191,13 @@ class SharedMemory:
 
     def footprint(self, factors: dict[int, Sequence[int]]) -> int:
         """Bytes of shared memory the program allocates for these tile factors."""
-        total = 0
+        sizes = []
         for b in self.buffers:
             rel = dict(b.relaxed)
-            n = b.elem_bytes * b.versions
-            for shape, base, terms in b.dims:
-                n *= min(shape, base + sum(c * span(factors[t], rel[t]) for t, c in terms))
-            total += n
-        return total
+            extents = [min(shape, base + sum(c * span(factors[t], rel[t]) for t, c in terms))
+                       for shape, base, terms in b.dims]
+            sizes.append((b.pool, buffer_bytes(b.elem_bytes * b.versions, extents, b.align)))
+        return total_bytes(sizes)
 
 
 def span(factors: Sequence[int], positions: Sequence[int]) -> int:
@@ -168,12 +210,20 @@ def span(factors: Sequence[int], positions: Sequence[int]) -> int:
     return out
 
 
-def shared_memory(trace: Any, mod: Any, insts: Sequence[list], limit: int) -> SharedMemory | None:
-    """The footprint model of a sketch's shared cache reads (None when it has none).
+#: Storage scopes VerifyGPUCode counts as shared memory.
+SHARED_SCOPES = ("shared", "shared.dyn")
 
-    Raises ``ValueError`` when a cache read does not fit the model (an access that is not
-    affine, a compute-at loop that is not a tile level): the caller then cannot promise
-    shared-memory validity for that sketch.
+
+def shared_memory(trace: Any, mod: Any, insts: Sequence[list], limit: int) -> SharedMemory | None:
+    """The footprint model of a sketch's shared-memory caches (None when it has none).
+
+    Covers ``CacheRead`` / ``CacheWrite`` into ``shared`` or ``shared.dyn`` placed by
+    ``ComputeAt`` / ``ReverseComputeAt`` at a tile level (or a fusion of tile levels), with
+    ``StorageAlign`` padding, software-pipeline copies and the merging of ``shared.dyn``
+    buffers (:func:`total_bytes`).
+    Raises ``ValueError`` when a cache does not fit the model (an access that is not affine,
+    a placement that is not at tile levels): the caller then cannot promise shared-memory
+    validity for that sketch.
     """
     producer = _producers(insts)
     thread_bound: set[tuple[int, int]] = set()
@@ -182,25 +232,33 @@ def shared_memory(trace: Any, mod: Any, insts: Sequence[list], limit: int) -> Sh
             thread_bound |= set(_split_members(insts, producer, inst[1][0]) or ())
     buffers = []
     for i, inst in enumerate(insts):
-        if inst[0] != "CacheRead" or inst[2][1] != "shared":
+        if inst[0] not in ("CacheRead", "CacheWrite") or inst[2][1] not in SHARED_SCOPES:
             continue
         cache_rv, consumer = inst[3][0], inst[1][0]
-        at = next((x for x in insts[i + 1:] if x[0] == "ComputeAt" and x[1][0] == cache_rv), None)
+        mover = "ComputeAt" if inst[0] == "CacheRead" else "ReverseComputeAt"
+        at = next((x for x in insts[i + 1:] if x[0] == mover and x[1][0] == cache_rv), None)
         if at is None:
-            raise ValueError(f"instruction {i}: shared cache read without ComputeAt")
+            raise ValueError(f"instruction {i}: shared cache without {mover}")
         where = _split_members(insts, producer, at[1][1])
-        if not where or len(where) != 1:
-            raise ValueError(f"instruction {i}: compute-at loop is not one tile level")
-        reorder = next((x for x in insts[:i] if x[0] == "Reorder" and at[1][1] in x[1]), None)
+        if not where:
+            raise ValueError(f"instruction {i}: cache placed at a loop that is not made of tile levels")
+        reorder = next((x for x in insts[:i] if x[0] == "Reorder" and
+                        set(where) <= {(_split_members(insts, producer, rv) or [None])[0] for rv in x[1]}), None)
         if reorder is None:
-            raise ValueError(f"instruction {i}: compute-at loop not found in a Reorder")
+            raise ValueError(f"instruction {i}: cache placement loop not found in a Reorder")
         order = [(_split_members(insts, producer, rv) or [None])[0] for rv in reorder[1]]
-        inside = set(order[order.index(where[0]) + 1:])
-        buf = _buffer(trace, mod, insts, producer, consumer, int(inst[2][0]), inside | thread_bound, i)
+        inside = set(order[max(order.index(m) for m in where) + 1:])
+        buf = _buffer(trace, mod, insts, producer, consumer, int(inst[2][0]), inst[0] == "CacheWrite",
+                      inside | thread_bound, i)
         stages = next((x[1][1] for x in insts if x[0] == "Annotate" and x[2] and x[2][0] == _PIPELINE_KEY
-                       and where[0] in (_split_members(insts, producer, x[1][0]) or ())), None)
+                       and set(where) & set(_split_members(insts, producer, x[1][0]) or ())), None)
         if stages:
             buf = replace(buf, versions=max(stages) - min(stages) + 1)
+        align = next((x[2] for x in insts if x[0] == "StorageAlign" and x[1][0] == cache_rv), None)
+        if align is not None:
+            buf = replace(buf, align=(int(align[1]), int(align[2]), int(align[3])))
+        if inst[2][1] == "shared.dyn":
+            buf = replace(buf, pool="dyn-write" if inst[0] == "CacheWrite" else "dyn-read")
         buffers.append(buf)
     if not buffers:
         return None
@@ -208,9 +266,9 @@ def shared_memory(trace: Any, mod: Any, insts: Sequence[list], limit: int) -> Sh
 
 
 def _buffer(trace: Any, mod: Any, insts: Sequence[list], producer: dict, consumer: str,
-            read_index: int, varying: set, at_inst: int) -> SharedBuffer:
-    """Model of the cache read of ``consumer``'s ``read_index``-th input, from the consumer's
-    loops as they are just before tiling (the trace prefix up to its GetLoops)."""
+            index: int, write: bool, varying: set, at_inst: int) -> SharedBuffer:
+    """Model of the cache of ``consumer``'s ``index``-th read (or write) buffer, from the
+    consumer's loops as they are just before tiling (the trace prefix up to its GetLoops)."""
     from tvm.s_tir.schedule import Schedule, Trace
     from tvm.sym import detect_linear_equation
 
@@ -222,27 +280,26 @@ def _buffer(trace: Any, mod: Any, insts: Sequence[list], producer: dict, consume
         if g is not None and insts[g][0] == "GetLoops" and insts[g][1][0] == consumer:
             get_loops = g
             loop_tile[k] = t
-    if get_loops is None or insts[producer[consumer][0]][0] != "GetSBlock":
+    if get_loops is None:
         raise ValueError(f"instruction {at_inst}: consumer loops not found")
-    name = insts[producer[consumer][0]][2][0]
     prefix = list(trace.insts)[: get_loops + 1]
     decisions = {x: trace.decisions[x] for x in prefix if x in trace.decisions}
     sch = Schedule(mod)
     Trace(prefix, decisions).apply_to_schedule(sch, remove_postproc=True)
-    block_rv = sch.get_sblock(name)
-    loop_vars = [sch.get(lv).loop_var for lv in sch.get_loops(block_rv)]
-    realize = _realize(sch.mod["main"].body, name)
-    block = realize.block
+    live = sch.trace.insts[get_loops]  # the replayed GetLoops: its RVs live in ``sch``
+    block = sch.get(live.inputs[0])
+    loop_vars = [sch.get(lv).loop_var for lv in live.outputs]
+    realize = _realize(sch.mod["main"].body, str(block.name_hint))
     iter_vars = [iv.var for iv in block.iter_vars]
     # iter var j = sum_k a[j][k] * loop k (+ const)
     a = []
     for value in realize.iter_values:
         co = detect_linear_equation(value, loop_vars)
         if len(co) == 0:
-            raise ValueError(f"instruction {at_inst}: block {name} has a non-affine binding")
+            raise ValueError(f"instruction {at_inst}: block {block.name_hint} has a non-affine binding")
         a.append([int(c) for c in list(co)[:-1]])
-    region = block.reads[read_index]
-    buf = region.source  # the read buffer (TVM 0.27: TensorRegion.source)
+    region = (block.writes if write else block.reads)[index]
+    buf = region.source  # the buffer (TVM 0.27: TensorRegion.source)
     dims = []
     for rng, shape in zip(region.region, buf.shape):
         co = detect_linear_equation(rng.min, iter_vars)
@@ -254,13 +311,68 @@ def _buffer(trace: Any, mod: Any, insts: Sequence[list], producer: dict, consume
             if c == 0:
                 continue
             if k not in loop_tile:
-                raise ValueError(f"instruction {at_inst}: loop {k} of {name} is not tiled")
+                raise ValueError(f"instruction {at_inst}: loop {k} of {block.name_hint} is not tiled")
             terms.append((loop_tile[k], abs(c)))
         dims.append((int(shape.value), int(rng.extent.value), tuple(terms)))
     relaxed = tuple((t, tuple(p for p in range(int(tiles[t][2][0])) if (t, p) in varying))
                     for t in sorted({t for _, _, terms in dims for t, _ in terms}))
     bits = int(getattr(buf.dtype, "bits", 0) or _dtype_bits(str(buf.dtype)))
     return SharedBuffer(name=str(buf.name), elem_bytes=max(1, bits // 8), dims=tuple(dims), relaxed=relaxed)
+
+
+#: VerifyGPUCode's limit on the bytes of one vector access (MetaSchedule's postproc default).
+MAX_VECTOR_BYTES = 16
+_FETCH_KEY = "meta_schedule.cooperative_fetch"
+
+
+def vector_lanes(trace: Any, mod: Any, insts: Sequence[list]) -> dict[int, int]:
+    """``SampleCategorical`` instruction -> most vector lanes its cooperative fetch may use.
+
+    ``RewriteCooperativeFetch`` vectorises a shared-memory copy by the sampled lane count.
+    ``VerifyGPUCode`` refuses a vector of more than :data:`MAX_VECTOR_BYTES` bytes, and a
+    vector index of stride != 1 (a transposed copy reads global memory with a strided ramp)
+    is itself a vector of 4-byte (int32) indices, so such a copy may use at most 4 lanes.
+    Whether a copy is strided is fixed by the sketch (its layouts), not by the decisions.
+    """
+    from tvm.s_tir.schedule import Schedule
+    from tvm.sym import detect_linear_equation
+
+    producer = _producers(insts)
+    fetches = [(i, producer[x[1][1]][0]) for i, x in enumerate(insts)
+               if x[0] == "Annotate" and x[2] and x[2][0] == _FETCH_KEY and isinstance(x[1][1], str)
+               and x[1][1] in producer and insts[producer[x[1][1]][0]][0] == "SampleCategorical"]
+    if not fetches:
+        return {}
+    sch = Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=True)
+    live = sch.trace.insts
+    out = {}
+    for ann, pick in fetches:
+        block = sch.get(live[ann].inputs[0])
+        regions = list(block.reads) + list(block.writes)
+        shared = [r for r in regions if r.source.scope() in SHARED_SCOPES]
+        glob = [r for r in regions if r.source.scope() == "global"]
+        if not shared:
+            continue
+        elem = max(1, int(_dtype_bits(str(shared[0].source.dtype))) // 8)
+        lanes = MAX_VECTOR_BYTES // elem
+        iter_vars = [iv.var for iv in block.iter_vars]
+        inner = detect_linear_equation(shared[0].region[-1].min, iter_vars) if iter_vars else []
+        var = next((j for j in range(len(iter_vars)) if len(inner) and int(inner[j]) != 0), None)
+        for g in glob:
+            shape = [int(x) for x in g.source.shape]
+            stride = 0
+            for d, rng in enumerate(g.region):
+                co = detect_linear_equation(rng.min, iter_vars)
+                if var is None or len(co) == 0:
+                    stride = None
+                    break
+                stride += int(co[var]) * math.prod(shape[d + 1:])
+            if stride != 1:  # strided (or not affine: assume strided)
+                index_bytes = 8 if math.prod(shape) >= 2**31 else 4
+                lanes = min(lanes, MAX_VECTOR_BYTES // index_bytes)
+        out[pick] = lanes
+    return out
 
 
 def _dtype_bits(dtype: str) -> int:
@@ -331,7 +443,7 @@ class _Problem:
         if smem is not None:
             for b in smem.buffers:
                 rel = dict(b.relaxed)
-                self.dims.append((b.elem_bytes * b.versions, tuple(
+                self.dims.append((b.pool, b.elem_bytes * b.versions, b.align, tuple(
                     (shape, base, tuple((self.index[t], self.rsets[t].index(rel[t]), c) for t, c in terms))
                     for shape, base, terms in b.dims)))
 
@@ -369,13 +481,11 @@ class _Problem:
         return out
 
     def footprint(self, spans: Sequence[tuple[int, ...]]) -> int:
-        total = 0
-        for nbytes, dims in self.dims:
-            n = nbytes
-            for shape, base, terms in dims:
-                n *= min(shape, base + sum(c * spans[i][r] for i, r, c in terms))
-            total += n
-        return total
+        sizes = []
+        for pool, nbytes, align, dims in self.dims:
+            extents = [min(shape, base + sum(c * spans[i][r] for i, r, c in terms)) for shape, base, terms in dims]
+            sizes.append((pool, buffer_bytes(nbytes, extents, align)))
+        return total_bytes(sizes)
 
     def feasible(self, opts: Sequence[list]) -> bool:
         """Whether one option per tile meets every group range and the shared-memory limit."""

@@ -100,6 +100,7 @@ class Sketch:
     dead: str | None = None  # why no decision gives a valid program; "" alive, None unchecked
     thread_groups: tuple = ()  # GPU: tlm.gpu.ThreadGroup bounds on products of tile factors
     shared_memory: Any = None  # GPU: tlm.gpu.SharedMemory footprint model of its cache reads
+    vector_lanes: dict = field(default_factory=dict)  # GPU: pick instruction -> most fetch lanes
 
     @property
     def insts(self) -> list:
@@ -189,7 +190,8 @@ def _build(task: Task, hardware: Hardware) -> Space:
     if hardware.kind == "cuda":
         attrs = target.attrs
         gpu_limits = (int(attrs.get("max_threads_per_block", 1024)),
-                      int(attrs.get("max_shared_memory_per_block", 49152)))
+                      int(attrs.get("max_shared_memory_per_block", 49152)),
+                      int(attrs.get("thread_warp_size", 32)))
     sketches = [_describe(i, sch.trace, task.mod, skeleton, gpu_limits) for i, sch in enumerate(schedules)]
     logger.debug("space of %s on %s: %d sketches", task.task_name, hardware.key, len(sketches))
     return Space(task=task, hardware=hardware, target=target, sketches=sketches)
@@ -232,7 +234,7 @@ def _ensure_cuda_intrinsics() -> None:
 
 
 def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
-              gpu_limits: tuple[int, int] | None = None) -> Sketch:
+              gpu_limits: tuple[int, int, int] | None = None) -> Sketch:
     from collectors.design_space import plain_json
 
     kinds: list[str] = []
@@ -267,19 +269,20 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
     if len(simple_index) != len(full_index):
         simple_index = ()  # a dead choice: simplified traces of this sketch are not expressible
     groups: tuple = ()
-    smem = None
+    smem, lanes = None, {}
     if gpu_limits is not None:
-        from tlm.gpu import shared_memory, thread_groups
+        from tlm.gpu import shared_memory, thread_groups, vector_lanes
 
         insts = plain_json(trace.as_json(remove_postproc=True))[0]
-        groups = thread_groups(insts, gpu_limits[0])
+        groups = thread_groups(insts, gpu_limits[0], gpu_limits[2])
         try:
             smem = shared_memory(trace, mod, insts, gpu_limits[1])
         except ValueError as exc:  # generation cannot bound this sketch's shared memory
             logger.warning("sketch %d: shared memory not modelled: %s", sketch_id, exc)
+        lanes = vector_lanes(trace, mod, insts)
     return Sketch(
         sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), choices=tuple(choices), thread_groups=groups,
-        shared_memory=smem,
+        shared_memory=smem, vector_lanes=lanes,
         ann_keys=ann_keys, skeleton=skeleton_fn(trace), simple_skeleton=skeleton_fn(simple),
         simple_choice_index=tuple(simple_index),
     )

@@ -88,3 +88,35 @@ def test_a_sketch_without_valid_programs_is_never_offered(cuda_hw):
     assert refusing_postproc(sch, task, cuda_hw) == "VerifyGPUCode"
     with pytest.raises(LanguageError, match="no sketch of fused_reshape_split"):
         legal_next_tokens(["[BOS]"], task, cuda_hw)
+
+
+def test_tensor_core_walks_are_valid_gpu_programs(cuda_hw):
+    """fp16 matmul on sm_90 gives tensor-core sketches: a warp runs along threadIdx.x (so the
+    tiled threadIdx.y is bounded by the limits / 32), the copies go through shared.dyn (the
+    model is an upper bound of the merged allocation), and a transposed copy may vectorise at
+    most 4 lanes. Every constrained walk passes every postprocessor."""
+    import tvm
+    from tvm import te
+
+    from tests.tlm.conftest import lowered_shared_bytes, make_task
+
+    a = te.placeholder((256, 256), name="A", dtype="float16")
+    b = te.placeholder((256, 256), name="B", dtype="float16")
+    r = te.reduce_axis((0, 256), name="k")
+    c = te.compute((256, 256), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    task = make_task(tvm.IRModule({"main": te.create_prim_func([a, b, c])}), "matmul_f16", "matmul")
+    space = build_space(task, cuda_hw)
+    assert live_sketches(space) == space.sketches
+    assert all("warp_execution" in str(sk.trace) for sk in space.sketches)
+    rng = random.Random(11)
+    for sk in space.sketches:
+        assert [(g.axis, g.low, g.high) for g in sk.thread_groups] == [("threadIdx.y", 1, 32)]
+        assert sorted(sk.vector_lanes.values()) in ([4, 8, 8], [8, 8, 8])
+        for _ in range(3):
+            words = _walk(space, sk, task, cuda_hw, rng)
+            program = apply_sentence(words, task, cuda_hw)
+            factors = {cc.inst_index: v for cc, v in read_decisions(words, task, cuda_hw).values if cc.kind == "tile"}
+            sch = Schedule(task.mod)
+            program.trace.apply_to_schedule(sch, remove_postproc=True)
+            assert lowered_shared_bytes(sch.mod, space.target) <= sk.shared_memory.footprint(factors) \
+                <= sk.shared_memory.limit
