@@ -194,8 +194,9 @@ def cuda_validity(models: list[str], walks: int, seed: int) -> dict:
     ms_ok = ms_n = ours_ok = ours_n = dead = n_sketches = n_tasks = 0
     refused: dict[str, int] = defaultdict(int)
     steps: list[float] = []
-    for m in models:
-        for task in extract_tasks(m, hw, small=True):
+    groups = [extract_tasks(m, hw, small=True) for m in models] + [fp16_matmuls()]
+    for tasks in groups:
+        for task in tasks:
             n_tasks += 1
             space = build_space(task, hw)
             live = L.live_sketches(space)
@@ -225,13 +226,33 @@ def cuda_validity(models: list[str], walks: int, seed: int) -> dict:
                         logger.error("invalid constrained CUDA sentence for %s sketch %d: %s",
                                      task.task_name, sk.sketch_id, exc)
     return {
-        "hardware_key": hw.key, "models": models, "tasks": n_tasks, "sketches": n_sketches,
+        "hardware_key": hw.key, "models": models + ["fp16 matmuls (tensor cores)"], "tasks": n_tasks,
+        "sketches": n_sketches,
         "sketches_without_valid_programs": dead,
         "metaschedule_samples": {"n": ms_n, "valid": ms_ok, "valid_share": round(ms_ok / max(ms_n, 1), 4),
                                  "refused_by": dict(refused)},
         "constrained_sentences": {"n": ours_n, "valid": ours_ok, "valid_share": round(ours_ok / max(ours_n, 1), 4)},
         "legal_words_per_step": _summary_ms(steps),
     }
+
+
+def fp16_matmuls(shapes: tuple = ((256, 256, 256), (128, 512, 64), (1024, 1024, 1024))) -> list:
+    """fp16 matmul tasks: on sm_90 their sketches use tensor cores (wmma, shared.dyn)."""
+    import tvm
+    from tvm import te
+
+    from collectors.task import Task
+    from storage import workload_key
+
+    out = []
+    for m, n, k in shapes:
+        a = te.placeholder((m, k), name="A", dtype="float16")
+        b = te.placeholder((k, n), name="B", dtype="float16")
+        r = te.reduce_axis((0, k), name="k")
+        c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+        mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+        out.append(Task(workload_key=workload_key(mod), task_name=f"matmul_f16_{m}x{n}x{k}", mod=mod, op_kind="matmul"))
+    return out
 
 
 def model_step_ms(configs: dict[str, dict], vocab: int, context: int, reps: int = 30) -> dict:

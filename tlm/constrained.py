@@ -38,8 +38,6 @@ def apply_sentence(sentence: Any, task: Task, hardware: Hardware) -> Program:
     Raises :class:`LanguageError` for a sentence outside the language and
     :class:`InvalidProgram` when TVM changed a decision or a postprocessor failed.
     """
-    from tvm.s_tir.schedule import Schedule
-
     state = read_decisions(sentence, task, hardware)
     trace = state.trace()
     sch = check_trace(trace, requested_decisions(state.sketch, state.values), task, hardware)

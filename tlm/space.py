@@ -271,7 +271,8 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
     groups: tuple = ()
     smem, lanes = None, {}
     if gpu_limits is not None:
-        from tlm.gpu import shared_memory, thread_groups, vector_lanes
+        from tlm.gpu import thread_groups
+        from tlm.shared_memory import shared_memory, vector_lanes
 
         insts = plain_json(trace.as_json(remove_postproc=True))[0]
         groups = thread_groups(insts, gpu_limits[0], gpu_limits[2])

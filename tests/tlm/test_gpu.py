@@ -90,21 +90,27 @@ def test_a_sketch_without_valid_programs_is_never_offered(cuda_hw):
         legal_next_tokens(["[BOS]"], task, cuda_hw)
 
 
-def test_tensor_core_walks_are_valid_gpu_programs(cuda_hw):
-    """fp16 matmul on sm_90 gives tensor-core sketches: a warp runs along threadIdx.x (so the
-    tiled threadIdx.y is bounded by the limits / 32), the copies go through shared.dyn (the
-    model is an upper bound of the merged allocation), and a transposed copy may vectorise at
-    most 4 lanes. Every constrained walk passes every postprocessor."""
+def _fp16_matmul_task(n: int = 256):
     import tvm
     from tvm import te
 
-    from tests.tlm.conftest import lowered_shared_bytes, make_task
+    from tests.tlm.conftest import make_task
 
-    a = te.placeholder((256, 256), name="A", dtype="float16")
-    b = te.placeholder((256, 256), name="B", dtype="float16")
-    r = te.reduce_axis((0, 256), name="k")
-    c = te.compute((256, 256), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
-    task = make_task(tvm.IRModule({"main": te.create_prim_func([a, b, c])}), "matmul_f16", "matmul")
+    a = te.placeholder((n, n), name="A", dtype="float16")
+    b = te.placeholder((n, n), name="B", dtype="float16")
+    r = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    return make_task(tvm.IRModule({"main": te.create_prim_func([a, b, c])}), "matmul_f16", "matmul")
+
+
+def test_tensor_core_walks_are_valid_gpu_programs(cuda_hw):
+    """fp16 matmul on sm_90 gives tensor-core sketches: a warp runs along threadIdx.x (so the
+    tiled threadIdx.y is bounded by the limits / 32), the copies go through shared.dyn (whose
+    merged allocation the model emulates) and a transposed copy may vectorise at most 4
+    lanes. Every constrained walk passes every postprocessor; the model is the lowered size."""
+    from tests.tlm.conftest import lowered_shared_bytes
+
+    task = _fp16_matmul_task()
     space = build_space(task, cuda_hw)
     assert live_sketches(space) == space.sketches
     assert all("warp_execution" in str(sk.trace) for sk in space.sketches)
@@ -118,5 +124,26 @@ def test_tensor_core_walks_are_valid_gpu_programs(cuda_hw):
             factors = {cc.inst_index: v for cc, v in read_decisions(words, task, cuda_hw).values if cc.kind == "tile"}
             sch = Schedule(task.mod)
             program.trace.apply_to_schedule(sch, remove_postproc=True)
-            assert lowered_shared_bytes(sch.mod, space.target) <= sk.shared_memory.footprint(factors) \
+            assert lowered_shared_bytes(sch.mod, space.target) == sk.shared_memory.footprint(factors) \
                 <= sk.shared_memory.limit
+
+
+def test_every_valid_tensor_core_sample_is_a_sentence(cuda_hw):
+    """Nothing valid is pruned: every program MetaSchedule samples for a tensor-core sketch that
+    its postprocessors accept decodes through the legal words (exact round trip)."""
+    from tvm.s_tir.schedule import Trace
+
+    from tests.tlm.test_language import assert_round_trip
+    from tlm.space import refusing_postproc
+
+    task = _fp16_matmul_task(256)
+    kept = 0
+    for sk in build_space(task, cuda_hw).sketches:
+        for seed in range(15):
+            sch = Schedule(task.mod, seed=seed + 1)
+            Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+            trace = sch.trace
+            if refusing_postproc(sch, task, cuda_hw) is None:
+                assert_round_trip(task, cuda_hw, trace)
+                kept += 1
+    assert kept >= 4

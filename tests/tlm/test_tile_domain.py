@@ -109,7 +109,8 @@ def test_shared_memory_filter_is_exact(e0, e1, e2, lo, pipe, limit, inner):
     """With a shared-memory limit (a conv-like ``x[i, k, y + r]`` access, thread-bound and
     inner levels relaxed), a pipelined loop (extent >= 2) and a thread range, the walk reaches
     exactly the factorisations whose footprint fits, with no dead ends."""
-    from tlm.gpu import PIPELINE_AXIS, NO_LIMIT, SharedBuffer, SharedMemory, ThreadGroup, span
+    from tlm.gpu import NO_LIMIT, PIPELINE_AXIS, ThreadGroup
+    from tlm.shared_memory import SharedBuffer, SharedMemory, span
 
     ti = Choice(10, "tile", n=3, max_innermost=inner, extent=e0)  # spatial: block, thread, inner
     tk = Choice(20, "tile", n=2, max_innermost=inner, extent=e1)  # reduction: outer, inner
