@@ -6,7 +6,8 @@ Four limits of a CUDA multi-level-tiling sketch depend on its tile factors, and
 * **Thread extents.** One level of every spatial tile is fused and bound to ``threadIdx.x``
   (another to ``vthread.x``); the thread count must stay in
   ``[thread_extent_low_inclusive, thread_extent_high_inclusive]`` (capped by
-  ``max_threads_per_block``), the virtual-thread count at most :data:`MAX_VTHREAD`.
+  ``max_threads_per_block``), the virtual-thread count at most :data:`MAX_VTHREAD`. In
+  tensor-core sketches a warp runs along ``threadIdx.x`` and the tiles bind ``threadIdx.y``.
 * **Software pipelines.** Sketches that pipeline the shared-memory copies annotate the fused
   outer reduction loop with ``software_pipeline_stage``; when that loop has extent 1 the stages
   no longer match the loop body and ``InjectSoftwarePipeline`` fails (measured: every such

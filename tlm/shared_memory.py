@@ -9,8 +9,10 @@ the range of loop ``v``'s tile levels that vary inside (levels after the placeme
 ``span = sum_p (f_p - 1) * prod_{q>p} f_q``. Bytes are ``prod_d extent_d * elem_bytes``, padded
 by ``StorageAlign`` and multiplied by the copies a software pipeline keeps. This is what
 ``CompactBufferAllocation`` and ``InjectSoftwarePipeline`` allocate (tests compare it with the
-lowered program); ``shared.dyn`` merging is bounded from above (:func:`total_bytes`).
-:func:`vector_lanes` bounds the cooperative-fetch vector width the same way.
+lowered program). A tensor-core output staging buffer, whose layout depends on sampled factors,
+is calibrated on TVM's own allocation instead (:func:`_calibrated`), and ``shared.dyn``
+buffers are combined the way TVM's allocators merge them (:func:`total_bytes`).
+:func:`vector_lanes` bounds the cooperative-fetch vector width.
 """
 from __future__ import annotations
 
