@@ -111,6 +111,7 @@ def test_cli_build_and_stats(corpus, tmp_path, capsys):
 def test_sets_load_with_ray_data(built):
     """The trainer reads the sets with Ray Data: same rows, text column intact, splits filterable."""
     import ray
+    from ray.data.expressions import col
 
     out, _ = built
     started = not ray.is_initialized()
@@ -123,7 +124,7 @@ def test_sets_load_with_ray_data(built):
             assert ds.count() == table.num_rows > 0
             rows = ds.take_all()
             assert sorted(r["text"] for r in rows) == sorted(table.column("text").to_pylist())
-            train = ds.filter(expr="split == 'train'").count()
+            train = ds.filter(expr=col("split") == "train").count()
             assert train == sum(1 for s in table.column("split").to_pylist() if s == "train")
     finally:
         if started:
