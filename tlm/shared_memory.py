@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from tlm.trace_flow import PIPELINE_KEY, producers, split_members
 
@@ -318,19 +318,12 @@ def _allocated_bytes(trace: Any, mod: Any, name: str) -> int | None:
         S.LowerCrossThreadReduction(), S.LowerInitBlock(), S.PlanAndUpdateBufferAllocationLocation(),
         S.ConvertBlocksToOpaque(), S.LiftThreadBinding(), S.ManifestSharedMemoryLocalStage(),
         S.CompactBufferAllocation()])(tvm.IRModule({"main": func}))
-    todo = [compacted["main"].body]
-    while todo:
-        stmt = todo.pop()
+    for stmt in statements(compacted["main"].body):
         for b in list(getattr(stmt, "alloc_buffers", None) or []):
             if str(b.name) == name:
                 shape = [int(x) for x in b.shape]
                 n = shape[0] * int(b.strides[0]) if len(b.strides) else math.prod(shape)
                 return n * _dtype_bits(str(b.dtype)) // 8
-        for attr in ("body", "then_case", "else_case", "block"):
-            child = getattr(stmt, attr, None)
-            if child is not None and type(child).__module__.startswith("tvm"):
-                todo.append(child)
-        todo.extend(getattr(stmt, "seq", None) or [])
     return None
 
 
@@ -401,16 +394,22 @@ def _dtype_bits(dtype: str) -> int:
     return tvm.DataType(dtype).bits
 
 
+def statements(root: Any) -> Iterator[Any]:
+    """Every statement under a TIR statement (itself included), blocks and branches too."""
+    todo = [root]
+    while todo:
+        stmt = todo.pop()
+        yield stmt
+        for attr in ("block", "body", "then_case", "else_case"):
+            child = getattr(stmt, attr, None)
+            if child is not None and type(child).__module__.startswith("tvm"):
+                todo.append(child)
+        todo.extend(getattr(stmt, "seq", None) or [])
+
+
 def _realize(stmt: Any, name: str) -> Any:
     """The SBlockRealize of block ``name`` under ``stmt``."""
-    todo = [stmt]
-    while todo:
-        s = todo.pop()
+    for s in statements(stmt):
         if type(s).__name__ == "SBlockRealize" and str(s.block.name_hint) == name:
             return s
-        for attr in ("block", "body", "then_case", "else_case"):
-            child = getattr(s, attr, None)
-            if child is not None and not isinstance(child, (int, str)):
-                todo.append(child)
-        todo.extend(getattr(s, "seq", None) or [])
     raise ValueError(f"block {name} not found")

@@ -113,6 +113,8 @@ def lowered_shared_bytes(mod, target) -> int:
     import tvm
     from tvm import s_tir, tirx
 
+    from tlm.shared_memory import statements
+
     S, T = s_tir.transform, tirx.transform
     passes = [S.LowerCrossThreadReduction(), S.LowerInitBlock(), S.PlanAndUpdateBufferAllocationLocation(),
               S.ConvertBlocksToOpaque(), S.LiftThreadBinding(), S.ManifestSharedMemoryLocalStage(),
@@ -123,17 +125,9 @@ def lowered_shared_bytes(mod, target) -> int:
               S.MergeSharedMemoryAllocations(), T.LowerIntrin()]
     f = mod["main"].with_attr("global_symbol", "main").with_attr("target", target)
     lowered = tvm.transform.Sequential(passes)(tvm.IRModule({"main": f.with_attr("tirx.noalias", True)}))
-    total, todo = 0, [lowered["main"].body]
-    while todo:
-        s = todo.pop()
-        if type(s).__name__.startswith("Alloc") and s.buffer.scope().startswith("shared"):
-            total += math.prod(int(e) for e in s.buffer.shape) * tvm.DataType(s.buffer.dtype).bits // 8
-        for attr in ("body", "then_case", "else_case", "block"):
-            child = getattr(s, attr, None)
-            if child is not None and type(child).__module__.startswith("tvm"):
-                todo.append(child)
-        todo.extend(getattr(s, "seq", None) or [])
-    return total
+    return sum(math.prod(int(e) for e in s.buffer.shape) * tvm.DataType(s.buffer.dtype).bits // 8
+               for s in statements(lowered["main"].body)
+               if type(s).__name__.startswith("Alloc") and s.buffer.scope().startswith("shared"))
 
 
 def sample_traces(task, hw, per_sketch: int = 2, seed: int = 0):
