@@ -12,25 +12,11 @@ import math
 from typing import Any, Sequence
 
 from tlm.errors import LanguageError
-from tlm.numbers import next_number_tokens
+from tlm.numbers import divisors, next_number_tokens
 from tlm.space import Choice, Sketch, Space
 from tlm.words import EOS, GROUP_WORD, LOCATION_WORDS, word_order
 
 logger = logging.getLogger(__name__)
-
-_DIVISORS: dict[int, tuple[int, ...]] = {}
-
-
-def divisors(n: int) -> tuple[int, ...]:
-    """All divisors of ``n`` in increasing order (cached)."""
-    d = _DIVISORS.get(n)
-    if d is None:
-        small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
-        d = tuple(sorted(set(small + [n // i for i in small])))
-        if len(_DIVISORS) < 100_000:
-            _DIVISORS[n] = d
-    return d
-
 
 def tile_factor_values(choice: Choice, extent: int, chosen: Sequence[int]) -> list[int]:
     """Legal values of the next tile factor after ``chosen`` (product must equal ``extent``).

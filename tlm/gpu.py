@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from tlm.numbers import divisors
 from tlm.shared_memory import SharedMemory, buffer_bytes, level_range, total_bytes
 from tlm.trace_flow import PIPELINE_KEY, producers, split_members
 
@@ -104,12 +105,6 @@ def thread_groups(insts: Sequence[list], max_threads: int, warp: int = 32) -> tu
 # ------------------------------------------------------------------------------------------
 # feasibility of tile factors
 # ------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=100_000)
-def _divisors(n: int) -> tuple[int, ...]:
-    small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
-    return tuple(sorted(set(small + [n // i for i in small])))
-
-
 @functools.lru_cache(maxsize=20_000)
 def _completions(rest: int, k: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
     """Every ``k`` factors whose product is ``rest`` (the last one at most ``max_innermost``)."""
@@ -117,7 +112,7 @@ def _completions(rest: int, k: int, max_innermost: int) -> tuple[tuple[int, ...]
         return ((),) if rest == 1 else ()
     if k == 1:
         return ((rest,),) if max_innermost <= 0 or rest <= max_innermost else ()
-    return tuple((d,) + tail for d in _divisors(rest) for tail in _completions(rest // d, k - 1, max_innermost))
+    return tuple((d,) + tail for d in divisors(rest) for tail in _completions(rest // d, k - 1, max_innermost))
 
 
 class _Problem:

@@ -63,9 +63,9 @@ from typing import Any, Sequence
 from collectors.hardware import Hardware
 from collectors.task import Task
 from tlm.decisions import (  # noqa: F401 - re-exported: the language's public API
-    LIVENESS_WALKS, DecisionState, build_trace, divisors, live_sketches, requested_decisions, tile_factor_values)
+    LIVENESS_WALKS, DecisionState, build_trace, live_sketches, requested_decisions, tile_factor_values)
 from tlm.errors import LanguageError
-from tlm.numbers import number_tokens
+from tlm.numbers import divisors, number_tokens  # noqa: F401 - divisors is re-exported
 from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, sblocks
 from tlm.words import (  # noqa: F401 - re-exported
     BOS, DECIDE, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK, word_order)

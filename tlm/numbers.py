@@ -18,6 +18,8 @@ Negative numbers are not part of the language: compute locations use the words `
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterable, Sequence
 
 #: Largest integer written as one word.
@@ -86,3 +88,17 @@ def next_number_tokens(values: Iterable[int], typed: Sequence[str]) -> tuple[set
         elif len(toks) == n and list(toks) == list(typed):
             return set(), int(v)
     return nxt, None
+
+
+_DIVISORS: dict[int, tuple[int, ...]] = {}
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    """All divisors of ``n`` in increasing order (cached)."""
+    d = _DIVISORS.get(n)
+    if d is None:
+        small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
+        d = tuple(sorted(set(small + [n // i for i in small])))
+        if len(_DIVISORS) < 100_000:
+            _DIVISORS[n] = d
+    return d
