@@ -203,7 +203,7 @@ def cuda_validity(models: list[str], walks: int, seed: int) -> dict:
             n_sketches += len(space.sketches)
             dead += len(space.sketches) - len(live)
             for sk in live:
-                for k in range(walks):  # the plain library path: MetaSchedule samples decisions
+                for _ in range(walks):  # the plain library path: MetaSchedule samples decisions
                     sch = Schedule(task.mod, seed=rng.randint(1, 10**6))
                     Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
                     why = refusing_postproc(sch, task, hw)

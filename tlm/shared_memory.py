@@ -24,7 +24,7 @@ from tlm.trace_flow import PIPELINE_KEY, producers, split_members
 
 @dataclass(frozen=True)
 class SharedBuffer:
-    """One shared-memory cache read: per dimension ``(shape, base, ((tile, |coef|), ...))``,
+    """One shared-memory cache (read or write): per dimension ``(shape, base, ((tile, |coef|), ...))``,
     its extent being ``min(shape, base + sum(coef * span(tile)))``; ``relaxed`` gives, per
     tile, the factor positions that vary inside the buffer's compute-at loop."""
 
