@@ -23,22 +23,18 @@ fastest ``TOP_CACHE`` of their workload when appended come from ``top_payloads``
 (written in the append's transaction); any other is read from its part's row group (rows in a
 part are sorted by workload and latency, so that is one small read per part).
 
-``reindex`` and the repair half of ``verify`` assume no writer is active (run them from the CLI
-when the collection is stopped). ``verify`` rehashes every registered part; a missing, truncated
-or corrupt one is moved to ``<root>/quarantine/`` (if present), its index rows removed, and it is
-named in the report. Nothing is ever skipped silently.
+One module per concept, one entry point: ``Corpus`` holds opening, ``append``, reading
+(``scan``, ``top_k``, ``dataset``), ``stats`` and the workload and hardware registrations here,
+and inherits the methods of the other concepts from their modules' mixins: integrity (``verify``,
+``reindex``, quarantine) from ``storage.integrity``, runs and task status from ``storage.runs``,
+the model registry from ``storage.registry``.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import os
-import threading
-import uuid
-import zlib
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -46,43 +42,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from storage import index as ix
 from storage.errors import CorpusError, SchemaMismatch
+from storage.integrity import IntegrityMixin
 from storage.location import Location
-from storage.parts import (
-    PART_GLOB,
-    TEMP_GLOB,
-    PartInfo,
-    hardware_of,
-    part_created_at,
-    read_part,
-    sort_for_part,
-    write_part,
+from storage.parts import PartInfo, PartRows, sort_for_part, write_part
+from storage.registry import RegistryMixin
+from storage.runs import RunsMixin
+from storage.schema import (
+    RECORD_SCHEMA,
+    Record,
+    check_hardware_key,
+    check_workload_key,
+    first_of_each_id,
+    to_record_table,
 )
-from storage.schema import RECORD_SCHEMA, check_hardware_key, check_workload_key, to_record_table
 
 log = logging.getLogger(__name__)
 
-QUARANTINE_DIR = "quarantine"  # under the corpus root; bad parts are moved here, never deleted
 ID_CHUNK = 5000  # ids per "IN (...)" query: under every backend's bound-parameter limit
-MAX_REGISTER_ATTEMPTS = 20  # retries of step 4 above before giving up (each one means real contention)
-OPEN_FILES = 64  # Parquet footers kept open for top_k
 TOP_CACHE = 16  # fastest records per (workload, hardware) whose full row is cached in the index for top_k
-
-
-def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
-
-
-def _utc(row: Mapping[str, Any]) -> dict:
-    """A row as a dict with every datetime timezone-aware UTC (SQLite hands back naive ones)."""
-    return {
-        k: (v.replace(tzinfo=_dt.timezone.utc) if isinstance(v, _dt.datetime) and v.tzinfo is None else v)
-        for k, v in row.items()
-    }
 
 
 @dataclass(frozen=True)
@@ -95,55 +76,7 @@ class AppendResult:
     part_paths: tuple[str, ...] = ()  # every part written (one per hardware key in the batch)
 
 
-@dataclass
-class VerifyReport:
-    """Result of ``Corpus.verify``: every problem by part name."""
-
-    parts_checked: int = 0
-    records_checked: int = 0
-    quarantined: list[tuple[str, str]] = field(default_factory=list)  # (part path, reason)
-    missing: list[str] = field(default_factory=list)  # registered but absent; index rows removed
-    unregistered: list[str] = field(default_factory=list)  # on disk, not in the index (run reindex)
-    temp_files: list[str] = field(default_factory=list)  # leftovers of killed writers
-
-    @property
-    def ok(self) -> bool:
-        return not (self.quarantined or self.missing or self.unregistered or self.temp_files)
-
-    def lines(self) -> list[str]:
-        """A person-readable summary, one problem per line."""
-        out = [f"checked {self.parts_checked} part(s), {self.records_checked} record(s)"]
-        out += [f"QUARANTINED {p}: {why}" for p, why in self.quarantined]
-        out += [f"MISSING {p}: registered but not on disk; its index rows were removed" for p in self.missing]
-        out += [f"UNREGISTERED {p}: complete part not in the index; run `tlm corpus reindex`" for p in self.unregistered]
-        out += [f"TEMP {p}: leftover of an interrupted write; `tlm corpus reindex` removes it" for p in self.temp_files]
-        out.append("OK" if self.ok else "PROBLEMS FOUND")
-        return out
-
-
-@dataclass
-class ReindexReport:
-    """Result of ``Corpus.reindex``."""
-
-    parts: int = 0
-    records: int = 0
-    quarantined: list[tuple[str, str]] = field(default_factory=list)
-    rewritten: list[tuple[str, str]] = field(default_factory=list)  # (old part, new part) without duplicates
-    temp_removed: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.quarantined
-
-    def lines(self) -> list[str]:
-        out = [f"indexed {self.parts} part(s), {self.records} record(s)"]
-        out += [f"QUARANTINED {p}: {why}" for p, why in self.quarantined]
-        out += [f"REWROTE {a} as {b} without duplicate records" for a, b in self.rewritten]
-        out += [f"REMOVED temp file {p}" for p in self.temp_removed]
-        return out
-
-
-class Corpus:
+class Corpus(IntegrityMixin, RunsMixin, RegistryMixin):
     """A corpus of measured schedules rooted at a directory or a ``pyarrow.fs`` URI, indexed in a
     SQL database.
 
@@ -159,9 +92,8 @@ class Corpus:
         self.engine = engine
         self.index_url = ix.safe_url(url)  # for display: password hidden
         self._url = url
-        self._files: OrderedDict[str, tuple[pq.ParquetFile, list[int]]] = OrderedDict()
+        self._parts = PartRows(location)  # open part files, for top_k
         self._hw_ids: dict[str, int] = {}
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -193,8 +125,7 @@ class Corpus:
 
     def close(self) -> None:
         """Release database connections and open files."""
-        with self._lock:
-            self._files.clear()
+        self._parts.forget()
         self.engine.dispose()
 
     def __enter__(self) -> "Corpus":
@@ -207,21 +138,6 @@ class Corpus:
         return f"Corpus(root={self._loc.display!r}, index_url={self.index_url!r})"
 
     # ------------------------------------------------------------------ registration
-    def _upsert(self, table: sa.Table, key: Mapping[str, Any], values: Mapping[str, Any]) -> None:
-        cond = sa.and_(*(table.c[k] == v for k, v in key.items()))
-        for _ in range(MAX_REGISTER_ATTEMPTS):
-            try:
-                with ix.write(self.engine) as conn:
-                    if conn.execute(sa.select(sa.literal(1)).select_from(table).where(cond)).first():
-                        if values:
-                            conn.execute(sa.update(table).where(cond).values(**values))
-                    else:
-                        conn.execute(sa.insert(table).values(**key, **values))
-                return
-            except sa.exc.IntegrityError:  # a concurrent insert of the same key: update it instead
-                continue
-        raise CorpusError(f"could not write {table.name} row {dict(key)} after {MAX_REGISTER_ATTEMPTS} attempts")
-
     def register_workload(
         self,
         workload_key: str,
@@ -236,13 +152,14 @@ class Corpus:
         check_workload_key(workload_key)
         values = {"task_name": task_name, "tvmscript": tvmscript, "flops": flops, "op_kind": op_kind, "mod_json": mod_json}
         values = {k: v for k, v in values.items() if v is not None}
-        exists = self.workload(workload_key) is not None
-        self._upsert(ix.workloads, {"workload_key": workload_key}, values if exists else {**values, "created_at": _now()})
+        if self.workload(workload_key) is None:
+            values["created_at"] = ix.now()
+        ix.upsert(self.engine, ix.workloads, {"workload_key": workload_key}, values)
 
     def register_workload_model(self, workload_key: str, *, model: str, weight: float = 1.0) -> None:
         """Record that ``workload_key`` occurs ``weight`` times in ``model``."""
         check_workload_key(workload_key)
-        self._upsert(ix.workload_models, {"workload_key": workload_key, "model": model}, {"weight": float(weight)})
+        ix.upsert(self.engine, ix.workload_models, {"workload_key": workload_key, "model": model}, {"weight": float(weight)})
 
     def register_hardware(self, key: str, *, target: Mapping[str, Any] | None = None, description: str = "") -> None:
         """Record a hardware key with its TVM target (dict form) and a human description."""
@@ -251,19 +168,19 @@ class Corpus:
         if target is not None:
             values["target_json"] = json.dumps(dict(target), sort_keys=True)
         if self.hardware_info(key) is None:
-            values["created_at"] = _now()
-        self._upsert(ix.hardware, {"key": key}, values)
+            values["created_at"] = ix.now()
+        ix.upsert(self.engine, ix.hardware, {"key": key}, values)
 
     def workload(self, workload_key: str) -> dict | None:
         """The stored row of a workload, or None."""
         with ix.read(self.engine) as conn:
             row = conn.execute(sa.select(ix.workloads).where(ix.workloads.c.workload_key == workload_key)).mappings().first()
-        return _utc(row) if row else None
+        return ix.utc_row(row) if row else None
 
     def workloads(self) -> list[dict]:
         """Every registered workload (with the models it occurs in and their weights)."""
         with ix.read(self.engine) as conn:
-            rows = [_utc(r) for r in conn.execute(sa.select(ix.workloads).order_by(ix.workloads.c.workload_key)).mappings()]
+            rows = [ix.utc_row(r) for r in conn.execute(sa.select(ix.workloads).order_by(ix.workloads.c.workload_key)).mappings()]
             occ = conn.execute(sa.select(ix.workload_models)).mappings().all()
         by_key: dict[str, dict[str, float]] = {}
         for o in occ:
@@ -278,7 +195,7 @@ class Corpus:
             row = conn.execute(sa.select(ix.hardware).where(ix.hardware.c.key == key)).mappings().first()
         if not row:
             return None
-        out = _utc(row)
+        out = ix.utc_row(row)
         out["target"] = json.loads(out["target_json"]) if out["target_json"] else None
         return out
 
@@ -288,7 +205,7 @@ class Corpus:
         if hid is not None:
             return hid
         t = ix.hardware_ids
-        for _ in range(MAX_REGISTER_ATTEMPTS):
+        for _ in range(ix.MAX_REGISTER_ATTEMPTS):
             with self.engine.connect() as conn:
                 hid = conn.execute(sa.select(t.c.hw_id).where(t.c.key == key)).scalar_one_or_none()
             if hid is not None or not create:
@@ -303,7 +220,7 @@ class Corpus:
         return hid
 
     # ------------------------------------------------------------------ append
-    def append(self, records: "list[dict] | pa.Table") -> AppendResult:
+    def append(self, records: "list[dict | Record] | pa.Table") -> AppendResult:
         """Store records; ids already stored are skipped (idempotent). See the module docstring.
 
         An empty batch (a tuning round that measured nothing) is no error: it stores nothing.
@@ -314,7 +231,7 @@ class Corpus:
         n_in = table.num_rows
         if n_in == 0:
             return AppendResult(None, 0, 0)
-        table = _first_of_each_id(table)
+        table = first_of_each_id(table)
         written: list[str] = []
         for hw in sorted(pc.unique(table["hardware_key"]).to_pylist()):
             sub = table.filter(pc.equal(table["hardware_key"], hw))
@@ -337,10 +254,10 @@ class Corpus:
 
     def _append_one_hardware(self, hw: str, table: pa.Table) -> str | None:
         table = sort_for_part(self._drop_existing(table))
-        for _ in range(MAX_REGISTER_ATTEMPTS):
+        for _ in range(ix.MAX_REGISTER_ATTEMPTS):
             if table.num_rows == 0:
                 return None
-            info = write_part(self._loc, hw, table, _now())
+            info = write_part(self._loc, hw, table, ix.now())
             try:
                 self._register(info, table)
                 return info.path
@@ -350,7 +267,7 @@ class Corpus:
                 log.debug("registration of %s refused (%s); retrying without stored ids", info.path, type(exc).__name__)
                 self._loc.delete(info.path)
                 table = self._drop_existing(table)
-        raise CorpusError(f"could not register a part for {hw} after {MAX_REGISTER_ATTEMPTS} attempts (heavy contention?)")
+        raise CorpusError(f"could not register a part for {hw} after {ix.MAX_REGISTER_ATTEMPTS} attempts (heavy contention?)")
 
     def _register(self, info: PartInfo, table: pa.Table) -> None:
         """Insert the part row and its records rows in one transaction."""
@@ -402,7 +319,7 @@ class Corpus:
         if not picked:
             return []
         rows = table.take(picked).to_pylist()
-        return [{"record_id": ix.id_to_db(row["record_id"]), "payload": _row_json(row)} for row in rows]
+        return [{"record_id": ix.id_to_db(row["record_id"]), "payload": ix.payload_to_db(row)} for row in rows]
 
     # ------------------------------------------------------------------ reading
     def _registered_parts(self, hardware_key: str | None = None) -> list[dict]:
@@ -450,23 +367,6 @@ class Corpus:
         dset, expr = self._scan_args(filters)
         yield from dset.to_batches(filter=expr, columns=columns)
 
-    def _open_part(self, path: str) -> tuple[pq.ParquetFile, list[int]]:
-        with self._lock:
-            hit = self._files.get(path)
-            if hit is not None:
-                self._files.move_to_end(path)
-                return hit
-        pf = pq.ParquetFile(self._loc.path(path), filesystem=self._loc.fs)
-        starts, total = [], 0
-        for i in range(pf.metadata.num_row_groups):
-            starts.append(total)
-            total += pf.metadata.row_group(i).num_rows
-        with self._lock:
-            self._files[path] = (pf, starts)
-            while len(self._files) > OPEN_FILES:
-                self._files.popitem(last=False)
-        return pf, starts
-
     def top_k(self, workload_key: str, hardware_key: str, k: int = 1) -> pa.Table:
         """The ``k`` fastest successful records of a workload on a hardware key, fastest first."""
         if k < 1:
@@ -497,21 +397,13 @@ class Corpus:
             }
         pieces = []
         if cached:
-            pieces.append(pa.Table.from_pylist([_row_from_json(p) for p in cached.values()], schema=RECORD_SCHEMA))
+            pieces.append(pa.Table.from_pylist([ix.payload_from_db(p) for p in cached.values()], schema=RECORD_SCHEMA))
         by_part: dict[str, list[int]] = {}
         for rid, path, row_idx in hits:
             if bytes(rid) not in cached:
                 by_part.setdefault(path, []).append(row_idx)
         for path, idxs in by_part.items():
-            pf, starts = self._open_part(path)
-            groups = sorted({_group_of(starts, i) for i in idxs})
-            tab = pf.read_row_groups(groups)
-            offsets, base = {}, 0
-            for g in groups:
-                offsets[g] = base
-                base += pf.metadata.row_group(g).num_rows
-            local = [offsets[_group_of(starts, i)] + i - starts[_group_of(starts, i)] for i in idxs]
-            pieces.append(tab.take(local).replace_schema_metadata(None).cast(RECORD_SCHEMA))
+            pieces.append(self._parts.take(path, idxs))
         out = pa.concat_tables(pieces)
         return out.sort_by([("latency_s", "ascending"), ("record_id", "ascending")])
 
@@ -557,258 +449,3 @@ class Corpus:
             "by_hardware": by_hw,
         }
 
-    # ------------------------------------------------------------------ task status and runs
-    def task_status(self, workload_key: str, hardware_key: str, tuner: str, trials: int) -> str | None:
-        """Status of a (task, hardware, tuner, budget) collection unit ("done" when finished), or None."""
-        t = ix.task_status.c
-        with ix.read(self.engine) as conn:
-            return conn.execute(
-                sa.select(t.status).where(
-                    t.workload_key == workload_key, t.hardware_key == hardware_key, t.tuner == tuner, t.trials == int(trials)
-                )
-            ).scalar_one_or_none()
-
-    def set_task_status(
-        self,
-        workload_key: str,
-        hardware_key: str,
-        tuner: str,
-        trials: int,
-        status: str,
-        *,
-        run_id: str | None = None,
-        records: int | None = None,
-    ) -> None:
-        """Set the status of a collection unit (upsert)."""
-        check_workload_key(workload_key)
-        check_hardware_key(hardware_key)
-        key = {"workload_key": workload_key, "hardware_key": hardware_key, "tuner": tuner, "trials": int(trials)}
-        self._upsert(ix.task_status, key, {"status": status, "run_id": run_id, "records": records, "updated_at": _now()})
-
-    def task_statuses(self, *, run_id: str | None = None, hardware_key: str | None = None) -> list[dict]:
-        """Every collection-unit status row (optionally of one run or hardware key), oldest update first."""
-        t = ix.task_status
-        q = sa.select(t).order_by(t.c.updated_at)
-        if run_id is not None:
-            q = q.where(t.c.run_id == run_id)
-        if hardware_key is not None:
-            q = q.where(t.c.hardware_key == hardware_key)
-        with ix.read(self.engine) as conn:
-            return [_utc(r) for r in conn.execute(q).mappings()]
-
-    def start_run(self, kind: str, params: Mapping[str, Any] | None = None) -> str:
-        """Open a run (collection, training, ...) and return its id."""
-        run_id = uuid.uuid4().hex
-        with ix.write(self.engine) as conn:
-            conn.execute(
-                sa.insert(ix.runs).values(
-                    run_id=run_id, kind=kind, status="running", started_at=_now(),
-                    params_json=json.dumps(dict(params or {}), sort_keys=True, default=str),
-                )
-            )
-        return run_id
-
-    def finish_run(self, run_id: str, status: str = "done") -> None:
-        """Close a run with a final status ("done", "failed", "interrupted", ...)."""
-        with ix.write(self.engine) as conn:
-            n = conn.execute(
-                sa.update(ix.runs).where(ix.runs.c.run_id == run_id).values(status=status, finished_at=_now())
-            ).rowcount
-        if n != 1:
-            raise CorpusError(f"unknown run id {run_id!r}")
-
-    def runs(self) -> list[dict]:
-        """Every run, oldest first, with its params decoded."""
-        with ix.read(self.engine) as conn:
-            rows = [_utc(r) for r in conn.execute(sa.select(ix.runs).order_by(ix.runs.c.started_at)).mappings()]
-        for r in rows:
-            r["params"] = json.loads(r.pop("params_json") or "{}")
-        return rows
-
-    def register_model(
-        self, model_id: str, *, path: str, hardware_key: str | None = None, base_model_id: str | None = None,
-        metrics: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Record a trained model checkpoint (a ``save_pretrained`` directory)."""
-        if hardware_key is not None:
-            check_hardware_key(hardware_key)
-        self._upsert(
-            ix.models, {"model_id": model_id},
-            {"path": str(path), "hardware_key": hardware_key, "base_model_id": base_model_id,
-             "metrics_json": json.dumps(dict(metrics or {}), sort_keys=True), "created_at": _now()},
-        )
-
-    def models(self, hardware_key: str | None = None) -> list[dict]:
-        """Registered models, newest first (optionally of one hardware key)."""
-        q = sa.select(ix.models).order_by(ix.models.c.created_at.desc())
-        if hardware_key is not None:
-            q = q.where(ix.models.c.hardware_key == hardware_key)
-        with ix.read(self.engine) as conn:
-            rows = [_utc(r) for r in conn.execute(q).mappings()]
-        for r in rows:
-            r["metrics"] = json.loads(r.pop("metrics_json") or "{}")
-        return rows
-
-    # ------------------------------------------------------------------ integrity
-    def _quarantine(self, relpath: str) -> str:
-        dest = f"{QUARANTINE_DIR}/{relpath.replace('/', '__')}"
-        self._loc.make_dir(QUARANTINE_DIR)
-        self._loc.move(relpath, dest)
-        return dest
-
-    def _disk_parts(self) -> list[str]:
-        return self._loc.glob(PART_GLOB)
-
-    def verify(self) -> VerifyReport:
-        """Rehash every registered part; quarantine bad ones (index rows removed); report all problems."""
-        from tqdm import tqdm
-
-        report = VerifyReport()
-        registered = self._registered_parts()
-        for part in tqdm(registered, desc="verify", unit="part", disable=len(registered) < 50):
-            rel = part["path"]
-            report.parts_checked += 1
-            reason = None
-            present = self._loc.exists(rel)
-            if not present:
-                report.missing.append(rel)
-            else:
-                digest = self._loc.sha256(rel)
-                if digest != part["sha256"]:
-                    reason = f"sha256 {digest[:12]}... != registered {part['sha256'][:12]}... (corrupt or truncated)"
-                else:
-                    try:
-                        n = pq.ParquetFile(self._loc.path(rel), filesystem=self._loc.fs).metadata.num_rows
-                    except Exception as exc:  # noqa: BLE001 - any unreadable file is reported
-                        n, reason = None, f"unreadable: {exc}"
-                    if n is not None and n != part["rows"]:
-                        reason = f"{n} rows on disk, {part['rows']} registered"
-            if reason is not None or not present:
-                with ix.write(self.engine) as conn:
-                    gone = sa.select(ix.records.c.record_id).where(ix.records.c.part_id == part["part_id"])
-                    conn.execute(sa.delete(ix.top_payloads).where(ix.top_payloads.c.record_id.in_(gone)))
-                    conn.execute(sa.delete(ix.records).where(ix.records.c.part_id == part["part_id"]))
-                    conn.execute(sa.delete(ix.parts).where(ix.parts.c.part_id == part["part_id"]))
-                with self._lock:
-                    self._files.pop(part["path"], None)
-                if reason is not None:
-                    moved = self._quarantine(part["path"])
-                    report.quarantined.append((part["path"], f"{reason}; moved to {moved}"))
-                    log.error("quarantined part %s: %s", part["path"], reason)
-            else:
-                report.records_checked += part["rows"]
-        known = {p["path"] for p in registered}
-        report.unregistered = [p for p in self._disk_parts() if p not in known]
-        report.temp_files = self._loc.glob(TEMP_GLOB)
-        return report
-
-    def reindex(self) -> ReindexReport:
-        """Rebuild ``parts`` and ``records`` from the part files alone (no writer may be active).
-
-        Parts are taken registered-first, then in creation order; a record id already seen in an
-        earlier part is a duplicate (possible only after a crash between writing and registering,
-        followed by a re-run): such a part is rewritten without those rows, or quarantined when
-        nothing of it is new. So the parts already in the index always keep their rows. Unreadable
-        parts are quarantined. Leftover temp files are removed.
-        """
-        from tqdm import tqdm
-
-        report = ReindexReport()
-        for tmp in self._loc.glob(TEMP_GLOB):
-            self._loc.delete(tmp)
-            report.temp_removed.append(tmp)
-        try:  # the index may be gone or empty; it only decides which copy of a duplicate wins
-            registered = {p["path"] for p in self._registered_parts()}
-        except sa.exc.SQLAlchemyError:
-            registered = set()
-        candidates = []
-        for rel in self._disk_parts():
-            try:
-                candidates.append((rel not in registered, part_created_at(self._loc, rel), rel))
-            except Exception as exc:  # noqa: BLE001
-                report.quarantined.append((rel, f"unreadable footer: {exc}; moved to {self._quarantine(rel)}"))
-        candidates.sort()
-        seen: set[str] = set()
-        parts_rows: list[dict] = []
-        rec_rows: list[tuple] = []
-        for _, created_at, rel in tqdm(candidates, desc="reindex", unit="part", disable=len(candidates) < 50):
-            try:
-                table = read_part(self._loc, rel)
-                hw = hardware_of(rel)
-                if pc.any(pc.not_equal(table["hardware_key"], hw)).as_py():
-                    raise CorpusError(f"holds records of another hardware key than {hw}")
-            except Exception as exc:  # noqa: BLE001 - report, never skip silently
-                report.quarantined.append((rel, f"unreadable: {exc}; moved to {self._quarantine(rel)}"))
-                continue
-            ids = table["record_id"].to_pylist()
-            dup = [i in seen for i in ids]
-            if any(dup):
-                keep = table.filter(pa.array([not d for d in dup]))
-                if keep.num_rows == 0:
-                    report.quarantined.append((rel, f"all {len(ids)} records duplicate earlier parts; moved to {self._quarantine(rel)}"))
-                    continue
-                info = write_part(self._loc, hw, sort_for_part(keep), created_at)
-                moved = self._quarantine(rel)
-                report.rewritten.append((rel, info.path))
-                log.warning("part %s held %d duplicate record(s): rewrote it as %s (old one in %s)", rel, sum(dup), info.path, moved)
-                rel, table = info.path, read_part(self._loc, info.path)
-                ids = table["record_id"].to_pylist()
-            seen.update(ids)
-            part_id = len(parts_rows) + 1
-            parts_rows.append(
-                {"part_id": part_id, "path": rel, "hardware_key": hw, "rows": table.num_rows, "sha256": self._loc.sha256(rel),
-                 "bytes": self._loc.size(rel), "created_at": created_at}
-            )
-            hid = self._hw_id(hw, create=True)
-            for i, (rid, wk, lat) in enumerate(zip(ids, table["workload_key"].to_pylist(), table["latency_s"].to_pylist())):
-                rec_rows.append((rid, wk, hid, lat, part_id, i))
-        with ix.write(self.engine) as conn:
-            conn.execute(sa.delete(ix.records))
-            conn.execute(sa.delete(ix.parts))
-            conn.execute(sa.delete(ix.top_payloads))  # a cache: rebuilt by later appends, top_k falls back meanwhile
-            if parts_rows:
-                conn.execute(sa.insert(ix.parts), parts_rows)
-            for i in range(0, len(rec_rows), 50_000):
-                ix.insert_records(conn, rec_rows[i : i + 50_000])
-            if conn.dialect.name == "postgresql" and parts_rows:
-                conn.exec_driver_sql(
-                    "SELECT setval(pg_get_serial_sequence('parts', 'part_id'), (SELECT MAX(part_id) FROM parts))"
-                )
-        with self._lock:
-            self._files.clear()
-        report.parts, report.records = len(parts_rows), len(rec_rows)
-        return report
-
-
-def _row_json(row: dict) -> bytes:
-    """A record row as zlib-compressed JSON (datetimes as ISO 8601) for ``top_payloads``."""
-    text = json.dumps({k: (v.isoformat() if isinstance(v, _dt.datetime) else v) for k, v in row.items()})
-    return zlib.compress(text.encode(), 6)
-
-
-def _row_from_json(blob: bytes) -> dict:
-    row = json.loads(zlib.decompress(blob))
-    row["created_at"] = _dt.datetime.fromisoformat(row["created_at"])
-    return row
-
-
-def _group_of(starts: list[int], row: int) -> int:
-    """Index of the row group holding ``row`` (``starts`` are the groups' first rows)."""
-    lo, hi = 0, len(starts) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if starts[mid] <= row:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _first_of_each_id(table: pa.Table) -> pa.Table:
-    """Keep the first row of each record id (a batch may repeat a measurement)."""
-    ids = table["record_id"]
-    if pc.count_distinct(ids).as_py() == table.num_rows:
-        return table
-    first = table.append_column("_i", pa.array(range(table.num_rows), pa.int64())).group_by("record_id").aggregate([("_i", "min")])
-    keep = pc.is_in(pa.array(range(table.num_rows), pa.int64()), first["_i_min"])
-    return table.filter(keep)

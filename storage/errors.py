@@ -16,7 +16,7 @@ class SchemaMismatch(CorpusError, ValueError):
 
 
 class BadHardwareKey(CorpusError, ValueError):
-    """A hardware key does not match ``HARDWARE_KEY_RE`` (the collectors' pattern)."""
+    """A hardware key does not match ``storage.schema.HARDWARE_KEY_RE``."""
 
 
 class IndexUnavailable(CorpusError):

@@ -25,7 +25,8 @@ Tables (DESIGN.md section 5, plus what docs/CONTRACTS.md needs):
   (10 parts x ~1 ms); ids without a payload (k > TOP_CACHE, after reindex) fall back to Parquet.
   Parts remain the only truth; ``reindex`` drops payloads of records that no longer exist.
 - ``runs(run_id, kind, status, started_at, finished_at, params_json)``.
-- ``models(model_id, hardware_key, base_model_id, path, metrics_json, created_at)``.
+- ``models(model_id, hardware_key, base_model_id, path, metrics_json, created_at, data_snapshot)``:
+  ``data_snapshot`` (added in schema version 2) names the corpus snapshot a model was trained on.
 - ``task_status(workload_key, hardware_key, tuner, trials, status, run_id, records, updated_at)``:
   lets a collection job skip a (task, hardware, tuner, budget) already done.
 
@@ -36,19 +37,23 @@ upgrade. Any other SQLAlchemy URL (PostgreSQL via psycopg2) works unchanged.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
+import json
 import logging
 import time
-from typing import Iterator
+import zlib
+from typing import Any, Iterator, Mapping
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from storage.errors import IndexUnavailable, IndexVersionError
+from storage.errors import CorpusError, IndexUnavailable, IndexVersionError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1  # bump when tables change; add the upgrade step to _upgrade
+SCHEMA_VERSION = 2  # bump when tables change; add the upgrade step to _upgrade (2: models.data_snapshot)
+MAX_REGISTER_ATTEMPTS = 20  # retries of a write refused by a concurrent writer before giving up (each one means real contention)
 
 metadata = sa.MetaData()
 
@@ -136,6 +141,7 @@ def wk_to_db(workload_key: str) -> int:
 def wk_from_db(v: int) -> str:
     return f"{v & ((1 << 64) - 1):016x}"
 
+
 top_payloads = sa.Table(
     "top_payloads",
     metadata,
@@ -144,6 +150,18 @@ top_payloads = sa.Table(
     # a rowid table: rows up to ~4 KB stay on their page (a WITHOUT ROWID row over ~1 KB spills
     # to overflow pages: measured 477 MB on disk for 178 MB of payload)
 )
+
+
+def payload_to_db(row: Mapping[str, Any]) -> bytes:
+    """A record row as stored in ``top_payloads.payload``: zlib-compressed JSON, datetimes as ISO 8601."""
+    text = json.dumps({k: (v.isoformat() if isinstance(v, _dt.datetime) else v) for k, v in row.items()})
+    return zlib.compress(text.encode(), 6)
+
+
+def payload_from_db(blob: bytes) -> dict:
+    row = json.loads(zlib.decompress(blob))
+    row["created_at"] = _dt.datetime.fromisoformat(row["created_at"])
+    return row
 
 runs = sa.Table(
     "runs",
@@ -165,6 +183,7 @@ models = sa.Table(
     sa.Column("path", sa.Text, nullable=False),
     sa.Column("metrics_json", sa.Text),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("data_snapshot", sa.Text),  # version 2; last so that an upgraded index has the same column order
 )
 
 task_status = sa.Table(
@@ -259,8 +278,55 @@ def ensure_schema(engine: Engine) -> int:
 
 
 def _upgrade(conn: Connection, version: int) -> None:
-    """Bring an index at ``version`` up to ``SCHEMA_VERSION`` (no older versions exist yet)."""
+    """Bring an index at ``version`` up to ``SCHEMA_VERSION``, one step per version, in the
+    caller's transaction (so two processes opening an old index upgrade it once)."""
+    if version < 2:
+        _add_column(conn, models.c.data_snapshot)
     conn.execute(sa.update(schema_version).values(version=SCHEMA_VERSION))
+    log.info("upgraded the corpus index at %s from schema version %d to %d", safe_url(conn.engine.url), version, SCHEMA_VERSION)
+
+
+def _add_column(conn: Connection, column: sa.Column) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` unless the table already has it (``create_all`` made the
+    table at the new shape when it was missing)."""
+    table = column.table.name
+    if column.name in {c["name"] for c in sa.inspect(conn).get_columns(table)}:
+        return
+    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column.name} {column.type.compile(conn.dialect)}")
+
+
+def now() -> _dt.datetime:
+    """The current time, timezone-aware UTC: every ``created_at``/``updated_at`` the index stores."""
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def utc_row(row: Mapping[str, Any]) -> dict:
+    """A row as a dict with every datetime timezone-aware UTC (SQLite hands back naive ones)."""
+    return {
+        k: (v.replace(tzinfo=_dt.timezone.utc) if isinstance(v, _dt.datetime) and v.tzinfo is None else v)
+        for k, v in row.items()
+    }
+
+
+def upsert(engine: Engine, table: sa.Table, key: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+    """Insert the row ``key`` with ``values``, or update ``values`` of the existing one.
+
+    Not a dialect-specific ``ON CONFLICT``: this stays one portable statement pair, retried when a
+    concurrent writer inserts the same key between our check and our insert.
+    """
+    cond = sa.and_(*(table.c[k] == v for k, v in key.items()))
+    for _ in range(MAX_REGISTER_ATTEMPTS):
+        try:
+            with write(engine) as conn:
+                if conn.execute(sa.select(sa.literal(1)).select_from(table).where(cond)).first():
+                    if values:
+                        conn.execute(sa.update(table).where(cond).values(**values))
+                else:
+                    conn.execute(sa.insert(table).values(**key, **values))
+            return
+        except sa.exc.IntegrityError:  # a concurrent insert of the same key: update it instead
+            continue
+    raise CorpusError(f"could not write {table.name} row {dict(key)} after {MAX_REGISTER_ATTEMPTS} attempts")
 
 
 def existing_record_ids(conn: Connection, ids: list[str], chunk: int = 5000) -> set[str]:

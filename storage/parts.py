@@ -24,7 +24,9 @@ import contextlib
 import datetime as _dt
 import hashlib
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ TEMP_GLOB = "hardware=*/.part-*.tmp"  # temporary files of writers (killed write
 META_CREATED_AT = b"tlm.created_at"
 META_FORMAT = b"tlm.part_format"
 PART_FORMAT = b"1"
+OPEN_FILES = 64  # Parquet footers kept open by a PartRows (top_k reads a few rows of many parts)
 
 
 @dataclass(frozen=True)
@@ -189,3 +192,67 @@ def hardware_of(relpath: str) -> str:
     if not first.startswith("hardware="):
         raise ValueError(f"part path {relpath!r} is not under a hardware=<key> directory")
     return first[len("hardware="):]
+
+
+class PartRows:
+    """Reads chosen rows of parts by index, keeping the last ``OPEN_FILES`` footers open.
+
+    ``top_k`` needs a handful of rows from each of many parts; parsing a footer each time would
+    cost more than the read. A part path never changes content (module docstring), so a cached
+    footer stays valid until the part is removed; then :meth:`forget` it. Thread-safe.
+    """
+
+    def __init__(self, loc: Location) -> None:
+        self._loc = loc
+        self._files: OrderedDict[str, tuple[pq.ParquetFile, list[int]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _open(self, relpath: str) -> tuple[pq.ParquetFile, list[int]]:
+        """The open file and the first row of each of its row groups."""
+        with self._lock:
+            hit = self._files.get(relpath)
+            if hit is not None:
+                self._files.move_to_end(relpath)
+                return hit
+        pf = pq.ParquetFile(self._loc.path(relpath), filesystem=self._loc.fs)
+        starts, total = [], 0
+        for i in range(pf.metadata.num_row_groups):
+            starts.append(total)
+            total += pf.metadata.row_group(i).num_rows
+        with self._lock:
+            self._files[relpath] = (pf, starts)
+            while len(self._files) > OPEN_FILES:
+                self._files.popitem(last=False)
+        return pf, starts
+
+    def take(self, relpath: str, rows: list[int]) -> pa.Table:
+        """Rows ``rows`` (indices into the part) of a part, in that order, reading only their row groups."""
+        pf, starts = self._open(relpath)
+        groups = sorted({_group_of(starts, i) for i in rows})
+        tab = pf.read_row_groups(groups)
+        offsets, base = {}, 0
+        for g in groups:
+            offsets[g] = base
+            base += pf.metadata.row_group(g).num_rows
+        local = [offsets[_group_of(starts, i)] + i - starts[_group_of(starts, i)] for i in rows]
+        return tab.take(local).replace_schema_metadata(None).cast(RECORD_SCHEMA)
+
+    def forget(self, relpath: str | None = None) -> None:
+        """Close one part (it was removed or quarantined), or every part when ``relpath`` is None."""
+        with self._lock:
+            if relpath is None:
+                self._files.clear()
+            else:
+                self._files.pop(relpath, None)
+
+
+def _group_of(starts: list[int], row: int) -> int:
+    """Index of the row group holding ``row`` (``starts`` are the groups' first rows)."""
+    lo, hi = 0, len(starts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= row:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,4 +1,5 @@
-"""The Arrow schema of one measured record, record ids, and validation of incoming records.
+"""The Arrow schema of one measured record, its typed form ``Record``, record ids, and
+validation of incoming records.
 
 One row is one measured candidate schedule (docs/CONTRACTS.md, "Record columns"). The schema is
 strict on purpose: a typo in a column name or a latency given as a string would otherwise be
@@ -16,6 +17,7 @@ import datetime as _dt
 import hashlib
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import pyarrow as pa
@@ -23,7 +25,8 @@ import pyarrow.compute as pc
 
 from storage.errors import BadHardwareKey, SchemaMismatch
 
-#: Shape of a hardware key; copied from collectors/hardware.py (storage must not import it).
+#: Shape of a hardware key: the one definition (collectors import it from here; it also keeps a
+#: key safe as a ``hardware=<key>`` directory name).
 HARDWARE_KEY_RE = re.compile(r"^(cpu|cuda)-[a-z0-9_.]+(-[a-z0-9_.]+)*$")
 #: Shape of a workload key: 16 lowercase hex digits of a 64-bit structural hash.
 WORKLOAD_KEY_RE = re.compile(r"^[0-9a-f]{16}$")
@@ -52,6 +55,41 @@ RECORD_SCHEMA = pa.schema(
 )
 
 REQUIRED_COLUMNS = ("workload_key", "hardware_key", "trace_json")
+
+
+@dataclass(kw_only=True)
+class Record:
+    """One measured candidate schedule as a typed value: exactly the columns of ``RECORD_SCHEMA``,
+    same names, same order, so stages (tuner, generator) pass records without dict-key typos.
+
+    Required: ``workload_key``, ``hardware_key``, ``trace_json``, and one of ``latency_s``/``error``
+    (checked by ``to_record_table``, not here: failures are data). ``Record(**row)`` rebuilds one
+    from a row of ``Corpus.scan().to_pylist()``.
+    """
+
+    record_id: str | None = None  # make_record_id(...); filled by append when None
+    workload_key: str  # 16 lowercase hex digits (structural hash of the task's IRModule)
+    hardware_key: str  # HARDWARE_KEY_RE, e.g. "cpu-znver4-2c"
+    target: str | None = None  # TVM target as JSON (dict form)
+    task_name: str | None = None  # MetaSchedule task name
+    sketch_id: int = -1  # index of the design-space sketch the trace came from; -1 unknown
+    trace_json: str  # Trace.as_json() made plain JSON: [insts, decisions]
+    decisions_json: str | None = None  # the decisions part alone: [[inst_index, value], ...]
+    run_secs: list[float] = field(default_factory=list)  # every timed run in seconds; empty on error
+    latency_s: float | None = None  # median of run_secs; None on error
+    error: str | None = None  # None on success; else why it failed (build error, run error, wrong answer: ...)
+    tuner: str | None = None  # "evolutionary", "replay-trace", "ms-import", "tlm", ...
+    tuner_params: str | None = None  # JSON of the tuner's parameters (trials, seed, cost model, ...)
+    run_id: str | None = None  # collection run that produced it
+    node: str | None = None  # host name that measured it
+    tvm_version: str | None = None  # tvm.__version__
+    created_at: _dt.datetime | None = None  # when measured (UTC); filled with the append time when None
+    args_info_json: str | None = None  # MetaSchedule args_info JSON (needed to export a JSONDatabase)
+
+
+def _record_as_row(record: Record) -> dict[str, Any]:
+    """A Record as the dict ``to_record_table`` validates (every column present)."""
+    return {name: getattr(record, name) for name in RECORD_SCHEMA.names}
 
 
 def canonical_json(text: str) -> str:
@@ -124,8 +162,11 @@ def _fits(value: Any, typ: pa.DataType) -> bool:
         return False
 
 
-def to_record_table(records: "list[dict] | pa.Table | pa.RecordBatch", *, now: _dt.datetime | None = None) -> pa.Table:
-    """Validate ``records`` and return them as a table with exactly ``RECORD_SCHEMA``.
+def to_record_table(
+    records: "list[dict | Record] | pa.Table | pa.RecordBatch", *, now: _dt.datetime | None = None
+) -> pa.Table:
+    """Validate ``records`` (dicts, :class:`Record` s, or an Arrow table) and return them as a
+    table with exactly ``RECORD_SCHEMA``.
 
     Fills ``record_id`` (``make_record_id``) and ``created_at`` (``now``, UTC) where missing,
     ``sketch_id`` with -1 and ``run_secs`` with ``[]``. Raises :class:`SchemaMismatch` or
@@ -138,10 +179,10 @@ def to_record_table(records: "list[dict] | pa.Table | pa.RecordBatch", *, now: _
         cols = _columns_from_table(records)
         n = records.num_rows
     elif isinstance(records, Iterable) and not isinstance(records, (str, bytes, dict)):
-        rows = list(records)
+        rows = [_record_as_row(r) if isinstance(r, Record) else r for r in records]
         for i, r in enumerate(rows):
             if not isinstance(r, dict):
-                raise SchemaMismatch(f"record {i} is a {type(r).__name__}, expected a dict")
+                raise SchemaMismatch(f"record {i} is a {type(r).__name__}, expected a dict or a Record")
         names = {k for r in rows for k in r}
         unknown = sorted(names - set(RECORD_SCHEMA.names))
         if unknown:
@@ -153,7 +194,8 @@ def to_record_table(records: "list[dict] | pa.Table | pa.RecordBatch", *, now: _
         }
         n = len(rows)
     else:
-        raise SchemaMismatch(f"records must be a list of dicts or a pyarrow Table, got {type(records).__name__}")
+        kind = type(records).__name__
+        raise SchemaMismatch(f"records must be a list of dicts or Records, or a pyarrow Table, got {kind}")
 
     for name in REQUIRED_COLUMNS:
         if name not in cols:
@@ -226,3 +268,14 @@ def _columns_from_table(table: pa.Table) -> dict[str, pa.ChunkedArray]:
                 raise SchemaMismatch(f"column {name!r} of type {have} does not fit {want}: {exc}") from None
         cols[name] = col
     return cols
+
+
+def first_of_each_id(table: pa.Table) -> pa.Table:
+    """Keep the first row of each record id: a batch may repeat a measurement, and the index
+    stores an id once."""
+    ids = table["record_id"]
+    if pc.count_distinct(ids).as_py() == table.num_rows:
+        return table
+    first = table.append_column("_i", pa.array(range(table.num_rows), pa.int64())).group_by("record_id").aggregate([("_i", "min")])
+    keep = pc.is_in(pa.array(range(table.num_rows), pa.int64()), first["_i_min"])
+    return table.filter(keep)

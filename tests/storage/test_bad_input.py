@@ -6,6 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from storage import BadHardwareKey, Corpus, IndexUnavailable, IndexVersionError, SchemaMismatch
+from storage.index import SCHEMA_VERSION
 
 
 def _good(**over):
@@ -70,5 +71,5 @@ def test_newer_index_refused(tmp_path, index_url):
     with c.engine.begin() as conn:
         conn.execute(sa.text("UPDATE schema_version SET version = 99"))
     c.close()
-    with pytest.raises(IndexVersionError, match="schema version 99, newer than this code's 1"):
+    with pytest.raises(IndexVersionError, match=f"schema version 99, newer than this code's {SCHEMA_VERSION}"):
         Corpus.open(tmp_path / "c", index_url=index_url)
