@@ -100,7 +100,7 @@ def make_reference(mod: Any, *, seed: int = 0, path: str | None = None) -> Refer
     """
     import tvm
 
-    from collectors.design_space import as_module
+    from collectors.tir import as_module
 
     mod = as_module(mod)
     inputs = random_inputs(param_specs(mod), seed=seed)
@@ -144,11 +144,17 @@ def compare(got: Sequence[np.ndarray], expected: Sequence[np.ndarray], tol: Tole
 
 def check_schedule(sch_or_mod: Any, reference: Reference, target: Any, *, tol: Tolerance = Tolerance()) -> str | None:
     """Compile a schedule (or scheduled IRModule) for ``target``, run it on the reference inputs
-    and compare; returns None when correct, else the wrong-answer message."""
+    and compare; returns None when correct, else the wrong-answer message.
+
+    ``target`` (a Hardware, a dict or a Target) must run on this host: code for another CPU's
+    ISA or for CUDA without a GPU raises ``collectors.hardware.NotRunnableHere`` before it runs.
+    """
     import tvm
 
-    from collectors.design_space import as_target
+    from collectors.hardware import check_runs_here
+    from collectors.tir import as_target
 
+    check_runs_here(target)
     mod = getattr(sch_or_mod, "mod", sch_or_mod)
     tgt = as_target(target)
     dev = tvm.device("cuda" if tgt.kind.name == "cuda" else "cpu", 0)

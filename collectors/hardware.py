@@ -3,18 +3,30 @@
 A key is derived from what the machine is, never typed by hand (DESIGN.md section 3):
 ``cpu-<mcpu>-<N>c`` for a CPU (LLVM's ``mcpu`` and the core count used for tuning) and
 ``cuda-<sm_XX>-<gpu name slug>`` for a GPU. Two machines with the same CPU model and core
-count get the same key, so their measurements pool. ``detect_hardware()`` (added by the
-collectors work) builds a :class:`Hardware` from the live machine; this module holds the
-value type every layer shares.
+count get the same key, so their measurements pool.
+
+One home for each hardware fact:
+
+- the key rule (:func:`cpu_key`, :func:`cuda_key`, and :func:`key_of_target` for a stored or
+  imported TVM target): live detection and a MetaSchedule database import give one machine
+  the same key; the key's shape (``HARDWARE_KEY_RE``) is storage's, which validates paths;
+- the ISA: LLVM's feature list for the target's ``mcpu`` (:func:`isa_of_mcpu`), so a
+  ``Hardware`` rebuilt from the index (:func:`hardware_from_index`) has the same ISA words as the
+  live machine had;
+- what this host can run (:func:`check_runs_here`): code may be *written* for any key (encoded,
+  lowered, verified anywhere), but it is *run* — measured, checked for the right answer — only
+  on a host whose CPU has every instruction-set feature of the target (or a CUDA GPU), and
+  otherwise refused with an error naming both, before anything runs.
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
-#: Shape every hardware key must have; storage checks the same pattern.
-HARDWARE_KEY_RE = re.compile(r"^(cpu|cuda)-[a-z0-9_.]+(-[a-z0-9_.]+)*$")
+from storage.schema import HARDWARE_KEY_RE
 
 
 @dataclass(frozen=True)
@@ -46,28 +58,48 @@ class Hardware:
 # ---------------------------------------------------------------------------------------------
 # Detection (collectors work): build a Hardware from the live machine.
 
-#: ISA flags worth naming in a key's description and the TLM prompt, widest first.
-_NOTABLE_ISA = ("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "avx2", "fma",
-                "avx", "sse4_2", "neon", "asimd", "sve")
+#: LLVM feature name -> the ISA word prompts and descriptions use.
+_LLVM_TO_ISA = {
+    "sse4.2": "sse4_2", "avx": "avx", "avx2": "avx2", "fma": "fma", "avx512f": "avx512f",
+    "avx512bw": "avx512bw", "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni",
+    "avx512bf16": "avx512_bf16", "amx-tile": "amx_tile", "amx-bf16": "amx_bf16",
+    "amx-int8": "amx_int8", "neon": "neon", "sve": "sve", "sve2": "sve2", "dotprod": "dotprod",
+}
 
 
-def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, ...]:
-    """The notable ISA flags of this CPU (from /proc/cpuinfo), in a fixed order; () if unknown."""
+@functools.lru_cache(maxsize=64)
+def llvm_features(target_json: str) -> frozenset[str]:
+    """LLVM's enabled features of an llvm target (JSON of its dict form), ``mattr`` included;
+    empty when LLVM does not know the CPU."""
+    import json
+
+    import tvm
+    from tvm.target import codegen
+
     try:
-        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
+        return frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(json.loads(target_json))))
+    except Exception:  # noqa: BLE001 - an mcpu LLVM does not know: no features
+        return frozenset()
+
+
+def isa_of_mcpu(mcpu: str) -> tuple[str, ...]:
+    """The ISA words of an LLVM ``mcpu`` (sorted): the same on every machine with that CPU."""
+    import json
+
+    feats = llvm_features(json.dumps({"kind": "llvm", "mcpu": mcpu}))
+    return tuple(sorted(_LLVM_TO_ISA[f] for f in feats if f in _LLVM_TO_ISA))
+
+
+def isa_of(hw: "Hardware") -> tuple[str, ...]:
+    """ISA words of a CPU from its target's ``mcpu`` (LLVM features); () for a GPU."""
+    if hw.kind != "cpu":
         return ()
-    flags: set[str] = set()
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() in ("flags", "Features"):
-            flags.update(value.split())
-            break
-    return tuple(f for f in _NOTABLE_ISA if f in flags)
+    mcpu = str(hw.target.get("mcpu") or hw.arch or "")
+    return isa_of_mcpu(mcpu) if mcpu else tuple(hw.isa)
 
 
 def _cpu_model_name(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The CPU's marketing name, for descriptions only (never for ISA facts)."""
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -81,7 +113,7 @@ def _cpu_model_name(cpuinfo_path: str = "/proc/cpuinfo") -> str:
 
 
 def vector_bits_of(isa: tuple[str, ...]) -> int:
-    """Widest SIMD register width in bits implied by the ISA flags."""
+    """Widest SIMD register width in bits implied by the ISA words."""
     if "avx512f" in isa:
         return 512
     if "avx2" in isa or "avx" in isa:
@@ -91,15 +123,10 @@ def vector_bits_of(isa: tuple[str, ...]) -> int:
 
 def physical_cores() -> int:
     """Physical cores this process may use (what MetaSchedule tunes with by default)."""
-    import os
-
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        import psutil
+    import psutil  # a TVM requirement (TuneContext refuses without it)
 
-        phys = psutil.cpu_count(logical=False) or usable
-    except ImportError:  # psutil is a TVM requirement, but stay usable without it
-        phys = usable
+    phys = psutil.cpu_count(logical=False) or usable
     return max(1, min(usable, phys))
 
 
@@ -108,6 +135,28 @@ def slug(text: str) -> str:
     words = re.sub(r"[^a-z0-9.]+", " ", text.lower()).split()
     words = [w for w in words if w not in ("nvidia", "corporation")]
     return "_".join(words) or "unknown"
+
+
+def cpu_key(mcpu: str, cores: int) -> str:
+    """The key of a CPU: ``cpu-<slug(mcpu)>-<cores>c`` (``skylake-avx512`` → ``cpu-skylake_avx512-2c``)."""
+    return f"cpu-{slug(mcpu)}-{int(cores)}c"
+
+
+def cuda_key(arch: str, name: str) -> str:
+    """The key of a GPU: ``cuda-<sm_XX>-<slug(name)>`` (``cuda-sm_90-h200``)."""
+    return f"cuda-{arch}-{slug(name)}"
+
+
+def key_of_target(target: Mapping[str, Any]) -> str | None:
+    """The key of the machine a stored TVM target describes, by the same rule as detection.
+
+    A CPU target needs ``mcpu`` and ``num-cores``; a CUDA target names no GPU model, so it has
+    no key of its own (None: the caller must name it).
+    """
+    if target.get("kind") != "llvm" or not target.get("mcpu") or not target.get("num-cores"):
+        return None
+    key = cpu_key(str(target["mcpu"]), int(target["num-cores"]))
+    return key if HARDWARE_KEY_RE.match(key) else None
 
 
 def cpu_hardware(mcpu: str | None = None, cores: int | None = None, *, key: str | None = None) -> Hardware:
@@ -120,10 +169,9 @@ def cpu_hardware(mcpu: str | None = None, cores: int | None = None, *, key: str 
         cores = physical_cores()
     if cores < 1:
         raise ValueError(f"cores must be >= 1, got {cores}")
-    isa = cpu_flags()
-    derived = f"cpu-{slug(mcpu)}-{cores}c"
+    isa = isa_of_mcpu(mcpu)
     return Hardware(
-        key=key or derived,
+        key=key or cpu_key(mcpu, cores),
         kind="cpu",
         arch=mcpu,
         cores=cores,
@@ -164,7 +212,7 @@ def cuda_hardware_of(name: str, compute_version: str, sms: int, *, warp: int = 3
         "thread_warp_size": warp,
     }
     return Hardware(
-        key=key or f"cuda-{arch}-{slug(name)}",
+        key=key or cuda_key(arch, name),
         kind="cuda",
         arch=arch,
         cores=sms,
@@ -204,3 +252,93 @@ def detect_hardware(kind: str = "cpu", *, key: str | None = None, cores: int | N
     if kind == "cuda":
         return cuda_hardware(device_id, key=key)
     raise ValueError(f"hardware kind {kind!r} is not 'cpu', 'cuda' or 'auto'")
+
+
+def hardware_from_index(key: str, target: Mapping[str, Any], description: str = "") -> Hardware:
+    """A :class:`Hardware` rebuilt from a stored key, target and description (index rows).
+
+    CPU: arch = ``mcpu``, cores = ``num-cores``, ISA from LLVM (as detection does). GPU: arch
+    from the target, SM count parsed from a description such as "NVIDIA H200 (132 SMs, ...)".
+    """
+    target = dict(target)
+    if target.get("kind") != "cuda":
+        arch = str(target.get("mcpu", "generic"))
+        isa = isa_of_mcpu(arch)
+        return Hardware(key=key, kind="cpu", arch=arch, cores=int(target.get("num-cores", 1)),
+                        vector_bits=vector_bits_of(isa), target=target, description=description, isa=isa)
+    m = re.search(r"(\d+)\s*SMs", description or "")
+    warp = int(target.get("thread_warp_size", 32))
+    return Hardware(key=key, kind="cuda", arch=str(target.get("arch", "unknown")),
+                    cores=int(m.group(1)) if m else 0, vector_bits=warp * 32, target=target,
+                    description=description)
+
+
+# ---------------------------------------------------------------------------------------------
+# Written for vs run on: a program may be built for any key, but runs only where it can.
+
+class NotRunnableHere(RuntimeError):
+    """Code built for a hardware key this host cannot execute (another CPU's ISA, CUDA without
+    a GPU) was asked to run; raised before anything runs, instead of an illegal instruction."""
+
+
+#: LLVM features that tune code generation without adding instructions; every other feature
+#: is taken to be an instruction set the host must have (an unknown name errs on refusing).
+_TUNING_PREFIXES = ("fast-", "slow-", "tuning-", "no-bypass-delay", "prefer-", "allow-light-",
+                    "idivq-to-divl", "idivl-to-divb", "branchfusion", "macrofusion", "sbb-dep-breaking",
+                    "lea-", "pad-short-functions", "false-deps-", "use-", "vzeroupper",
+                    "insert-vzeroupper", "ermsb", "fsrm", "fast")
+
+
+def _instruction_features(features: frozenset[str]) -> frozenset[str]:
+    return frozenset(f for f in features if not f.startswith(_TUNING_PREFIXES))
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu_target() -> dict[str, Any]:
+    """This host's CPU as an llvm target dict (LLVM's view of the CPU it runs on)."""
+    import tvm
+
+    return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+
+
+def missing_on_host(target: Mapping[str, Any]) -> list[str]:
+    """What ``target`` needs that this host lacks: instruction-set features of an llvm target
+    (or a foreign ``mtriple``), or "a CUDA GPU" for a CUDA target; [] when it runs here."""
+    import json
+
+    kind = target.get("kind")
+    if kind == "cuda":
+        return [] if cuda_available() else ["a CUDA GPU"]
+    if kind != "llvm":
+        return [f"a {kind!r} device"]
+    triple = str(target.get("mtriple") or "")
+    if triple:
+        import tvm
+
+        host_arch = str(tvm.target.codegen.llvm_get_system_triple()).split("-")[0]
+        if triple.split("-")[0] != host_arch:
+            return [f"the {triple.split('-')[0]} architecture (this host is {host_arch})"]
+    want = _instruction_features(llvm_features(json.dumps(dict(target), sort_keys=True)))
+    have = _instruction_features(llvm_features(json.dumps(host_cpu_target(), sort_keys=True)))
+    return sorted(want - have)
+
+
+def check_runs_here(hardware: "Hardware | Mapping[str, Any] | Any") -> None:
+    """Raise :class:`NotRunnableHere` naming both machines when this host cannot execute code
+    built for ``hardware`` (a Hardware, a target dict or a ``tvm.target.Target``); return
+    silently when it can. Call it before anything is built to be run or measured."""
+    if isinstance(hardware, Hardware):
+        name, target = hardware.key, dict(hardware.target)
+    elif isinstance(hardware, Mapping):
+        name, target = "target", dict(hardware)
+    else:  # a tvm.target.Target
+        target = {k: v for k, v in dict(hardware.export()).items() if k in ("kind", "mcpu", "mattr", "mtriple")}
+        name = "target"
+    missing = missing_on_host(target)
+    if missing:
+        host = host_cpu_target()["mcpu"] if target.get("kind") == "llvm" else "this host"
+        raise NotRunnableHere(
+            f"code for {name} {target} cannot run on this host ({host}): it needs "
+            f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}. "
+            "Encode, lower and verify it anywhere; run and measure it on a machine that has them."
+        )

@@ -4,20 +4,45 @@ A model is a zoo name (collectors/zoo.py), a ``(torch.nn.Module, example_args)``
 path of an ONNX file (needs the optional ``onnx`` package). It is imported into Relax with
 ``from_exported_program``, fused by the ``zero`` pipeline (without fusion there are no tasks),
 and MetaSchedule's ``extract_tasks`` yields one task per distinct subgraph with its weight
-(occurrences). A task's identity is ``storage.workload_key`` of its PrimFunc, so the same
+(occurrences). A task's identity is ``collectors.tir.workload_key`` of its PrimFunc, so the same
 subgraph from two models is one workload; :func:`register_tasks` puts workloads into the
-corpus index once.
+corpus index once, and :func:`task_from_index` rebuilds a Task from what the index stored.
 """
 from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
 from collectors.hardware import Hardware
-from collectors.task import Task
+from collectors.tir import load_module, workload_key
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Task:
+    """One tuning task, as extracted from a model (or handed in by a user).
+
+    ``mod`` is the IRModule MetaSchedule tunes (a single ``main`` PrimFunc); its workload key
+    is ``collectors.tir.workload_key(mod)``, a structural hash, so the same subgraph from two models
+    is one task.
+    """
+
+    workload_key: str  # structural hash of ``mod`` as 16 hex digits
+    task_name: str  # MetaSchedule's task name, e.g. "fused_matmul_add"
+    mod: Any  # tvm.IRModule with one PrimFunc named "main"
+    weight: int = 1  # how often the subgraph occurs in the model
+    flops: float = 0.0  # floating-point operations of one run
+    op_kind: str = ""  # coarse kind: "matmul", "conv2d", "elementwise", "reduction", ...
+    model: str = ""  # model it came from ("" for a user task); held-out splits use it
+
+    @property
+    def tvmscript(self) -> str:
+        """The PrimFunc as TVMScript text, as stored once in the index's workloads table."""
+        return self.mod.script()
+
 
 #: Coarse op kinds, tested in order against the task name (first match wins).
 _OP_KINDS = (
@@ -105,7 +130,6 @@ def extract_tasks(model: Any, hardware: Hardware, *, model_name: str | None = No
     ``zoo_kwargs`` (batch, image_size, seq_len, small, seed) go to ``build_model`` for a zoo
     name. ``relax_mod`` skips the import when the caller already has the fused module.
     """
-    from storage import workload_key
     from tvm.s_tir import meta_schedule as ms
 
     from collectors.fast_import import install_for_target
@@ -143,12 +167,10 @@ def register_tasks(corpus: Any, tasks: Sequence[Task]) -> None:
     """
     import tvm
 
-    from storage.interop import workload_module
-
     for t in tasks:
-        stored = workload_module(corpus, t.workload_key)
-        if stored is not None:
-            t.mod = stored
+        row = corpus.workload(t.workload_key)
+        if row and (row.get("mod_json") or row.get("tvmscript")):
+            t.mod = load_module(row)
         else:
             corpus.register_workload(t.workload_key, task_name=t.task_name, tvmscript=t.tvmscript,
                                      flops=t.flops, op_kind=t.op_kind, mod_json=tvm.ir.save_json(t.mod))
@@ -156,29 +178,33 @@ def register_tasks(corpus: Any, tasks: Sequence[Task]) -> None:
             corpus.register_workload_model(t.workload_key, model=t.model, weight=t.weight)
 
 
-def compile_and_run(mod: Any, args: Sequence[Any], hardware: Hardware | None = None,
-                    database: Any | None = None) -> Any:
-    """Compile a Relax module for ``hardware`` (default: plain host llvm) and run it on ``args``.
+def tasks_for_models(models: Iterable[Any], hardware: Hardware, *, max_tasks: int | None = None,
+                     **zoo_kwargs: Any) -> list[Task]:
+    """Tasks of the given models, one per workload key (the weights of repeats are summed).
 
-    With a MetaSchedule ``database`` the tuned schedules are applied (``compile_relax``).
-    Returns the output as a numpy array.
+    Extracted once for ``hardware`` (the driver's CPU): the subgraphs come from the
+    target-independent ``zero`` pipeline, so the same tasks serve every key. ``max_tasks``
+    keeps each model's heaviest N (``extract_tasks`` sorts them by FLOPs x weight).
     """
-    import numpy as np
-    import tvm
-    from tvm import relax
+    by_key: dict[str, Task] = {}
+    for model in models:
+        found = extract_tasks(model, hardware, **zoo_kwargs)
+        for t in found[:max_tasks] if max_tasks else found:
+            if t.workload_key in by_key:
+                by_key[t.workload_key].weight += t.weight
+            else:
+                by_key[t.workload_key] = t
+    return list(by_key.values())
 
-    target = hardware.tvm_target() if hardware is not None else tvm.target.Target({"kind": "llvm"})
-    if database is not None:
-        from tvm.s_tir import meta_schedule as ms
 
-        ex = ms.relax_integration.compile_relax(database, mod, target, params=None)
-    else:
-        ex = tvm.compile(mod, target=target)
-    dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
-    vm = relax.VirtualMachine(ex, dev)
-    inputs = [tvm.runtime.tensor(np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a), device=dev)
-              for a in args]
-    out = vm["main"](*inputs)
-    while not hasattr(out, "numpy") and len(out) == 1:  # unwrap a 1-tuple
-        out = out[0]
-    return out.numpy()
+def task_from_index(row: Mapping[str, Any]) -> Task:
+    """The Task of an index ``workloads`` row (``Corpus.workload(key)`` / ``workloads()``).
+
+    The module is the stored one (names included: traces address blocks by name); the model
+    is the first the workload occurs in, if any. Raises ``ValueError`` when the row holds no
+    usable module.
+    """
+    models = row.get("models") or {}
+    return Task(workload_key=row["workload_key"], task_name=row.get("task_name") or "main",
+                mod=load_module(row), op_kind=row.get("op_kind") or "",
+                flops=float(row.get("flops") or 0.0), model=next(iter(sorted(models)), ""))

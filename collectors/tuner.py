@@ -25,17 +25,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from collectors.correctness import checked_run_evaluator, error_from_runner, make_reference
-from collectors.design_space import as_module, plain_json, sketch_id, trace_json, tune_context
 from collectors.fast_import import install, install_for_target
-from collectors.hardware import Hardware
-from collectors.task import Task
+from collectors.hardware import Hardware, check_runs_here
+from collectors.sketches import sketch_id, tune_context
+from collectors.tasks import Task
+from collectors.tir import as_module, plain_json, trace_json, tvm_version
+from storage import Record, make_record_id
 
 logger = logging.getLogger(__name__)
 
 STRATEGIES = ("evolutionary", "replay-trace")
 
-#: ``on_records(records)``: called once per measured batch with the batch's record dicts.
-RecordsCallback = Callable[[list[dict]], None]
+#: ``on_records(records)``: called once per measured batch with the batch's Records.
+RecordsCallback = Callable[[list[Record]], None]
 #: ``progress(trials_done, trials_total, best_latency_s_or_None)`` after each batch.
 ProgressCallback = Callable[[int, int, "float | None"], None]
 
@@ -98,9 +100,19 @@ class TuneSummary:
     error_kinds: dict[str, int] = field(default_factory=dict)
 
 
+def pin_tvm_threads(cores: int) -> None:
+    """Pin TVM's thread pool of this process to ``cores`` threads.
+
+    The pool otherwise follows OMP_NUM_THREADS (1 in a Ray worker) or takes half the cores on
+    x86, so an N-core key would be measured on fewer threads than it names. Call it in the
+    process that measures (a runner worker, a collector actor) before TVM starts its pool.
+    """
+    os.environ["TVM_NUM_THREADS"] = str(int(cores))
+
+
 def _init_runner_worker(cores: int | None, light_intrinsics: bool) -> None:
     if cores:
-        os.environ["TVM_NUM_THREADS"] = str(cores)
+        pin_tvm_threads(cores)
     if light_intrinsics:
         install()
 
@@ -108,10 +120,9 @@ def _init_runner_worker(cores: int | None, light_intrinsics: bool) -> None:
 def runner_initializer(hardware: Hardware) -> Callable[[], None]:
     """The initializer of a runner worker process measuring on ``hardware``.
 
-    On a CPU it pins TVM's thread pool to the key's core count: the pool otherwise follows
-    OMP_NUM_THREADS (1 in a Ray worker) or takes half the cores on x86, so an N-core key would
-    be measured on fewer threads than it names. It also installs the light tensor intrinsics.
-    Set only in the worker, so the tuning process's own environment is left alone.
+    On a CPU it pins TVM's thread pool to the key's core count (:func:`pin_tvm_threads`) and
+    installs the light tensor intrinsics. Set only in the worker, so the tuning process's own
+    environment is left alone.
     """
     is_cpu = hardware.kind == "cpu"
     return functools.partial(_init_runner_worker, hardware.cores if is_cpu else None, is_cpu)
@@ -120,8 +131,13 @@ def runner_initializer(hardware: Hardware) -> Callable[[], None]:
 def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, *,
               on_records: RecordsCallback | None = None, progress: ProgressCallback | None = None,
               run_id: str = "") -> TuneSummary:
-    """Tune ``task`` on ``hardware`` (this machine) and emit a record per measured candidate."""
+    """Tune ``task`` on ``hardware`` (this machine) and emit a record per measured candidate.
+
+    Raises ``collectors.hardware.NotRunnableHere`` before anything is built when this host
+    cannot execute code for ``hardware`` (another CPU's ISA, CUDA without a GPU).
+    """
     config = config or TuneConfig()
+    check_runs_here(hardware)
     t0 = time.perf_counter()
     target = hardware.tvm_target()
     is_cpu = hardware.kind == "cpu"
@@ -174,7 +190,7 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
             "workload_key": task.workload_key, "hardware_key": hardware.key,
             "target": json.dumps(hardware.target, sort_keys=True), "task_name": task.task_name,
             "tuner": config.strategy, "tuner_params": json.dumps(params, sort_keys=True),
-            "run_id": run_id, "node": socket.gethostname(), "tvm_version": _tvm_version(),
+            "run_id": run_id, "node": socket.gethostname(), "tvm_version": tvm_version(),
         }
         recorder = _make_recorder(sketches, base, summary, on_records, progress, config.trials)
         with _InterruptGuard() as guard:
@@ -258,11 +274,6 @@ def _make_recorder(sketches, base, summary, on_records, progress, total):
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
     from tvm.ir.utils import derived_object
 
-    try:
-        from storage import make_record_id
-    except ImportError:  # storage fills record_id on append (docs/CONTRACTS.md)
-        make_record_id = None
-
     @derived_object
     class _Recorder(PyMeasureCallback):
         """Turns each measured batch into records and hands them over at once."""
@@ -275,7 +286,7 @@ def _make_recorder(sketches, base, summary, on_records, progress, total):
                 return
             try:
                 records = [
-                    _record(base, sketches, cand, b, r, make_record_id)
+                    _record(base, sketches, cand, b, r)
                     for cand, b, r in zip(measure_candidates, builder_results, runner_results)
                 ]
                 _update_summary(summary, records)
@@ -295,7 +306,9 @@ def _make_recorder(sketches, base, summary, on_records, progress, total):
     return _Recorder()
 
 
-def _record(base: dict, sketches: list, cand: Any, b: Any, r: Any, make_record_id) -> dict:
+def _record(base: dict, sketches: list, cand: Any, b: Any, r: Any) -> Record:
+    """The Record of one measured candidate: a build error, a run error or wrong answer, or
+    its timings (never both)."""
     trace = cand.sch.trace
     tj = trace_json(trace)
     trace_str = json.dumps(tj, separators=(",", ":"))
@@ -311,8 +324,9 @@ def _record(base: dict, sketches: list, cand: Any, b: Any, r: Any, make_record_i
         error = "run error: no timings"
     else:
         run_secs = [float(plain_json(x)) for x in r.run_secs]
-    rec = dict(base)
-    rec.update(
+    return Record(
+        **base,
+        record_id=make_record_id(base["workload_key"], base["hardware_key"], trace_str),
         sketch_id=sketch_id(tj, sketches),
         trace_json=trace_str,
         decisions_json=json.dumps(tj[1], separators=(",", ":")),
@@ -321,23 +335,20 @@ def _record(base: dict, sketches: list, cand: Any, b: Any, r: Any, make_record_i
         error=error,
         args_info_json=json.dumps([plain_json(a.as_json()) for a in cand.args_info], separators=(",", ":")),
     )
-    if make_record_id is not None:
-        rec["record_id"] = make_record_id(base["workload_key"], base["hardware_key"], trace_str)
-    return rec
 
 
-def _update_summary(summary: TuneSummary, records: list[dict]) -> None:
+def _update_summary(summary: TuneSummary, records: list[Record]) -> None:
     for rec in records:
         summary.records += 1
-        if rec["error"]:
+        if rec.error:
             summary.errors += 1
-            kind = rec["error"].split(":", 1)[0]
+            kind = rec.error.split(":", 1)[0]
             summary.error_kinds[kind] = summary.error_kinds.get(kind, 0) + 1
             if kind == "wrong answer":
                 summary.wrong_answers += 1
-        elif summary.best_latency_s is None or rec["latency_s"] < summary.best_latency_s:
-            summary.best_latency_s = rec["latency_s"]
-            summary.best_trace_json = rec["trace_json"]
+        elif summary.best_latency_s is None or rec.latency_s < summary.best_latency_s:
+            summary.best_latency_s = rec.latency_s
+            summary.best_trace_json = rec.trace_json
 
 
 def _file_logger(work_dir: str, task_name: str) -> tuple[logging.Logger, logging.Handler]:
@@ -349,10 +360,3 @@ def _file_logger(work_dir: str, task_name: str) -> tuple[logging.Logger, logging
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     return log, handler
-
-
-@functools.lru_cache(maxsize=1)
-def _tvm_version() -> str:
-    import tvm
-
-    return str(tvm.__version__)

@@ -16,25 +16,12 @@ one LLaMA-7B decoder layer).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
 MODEL_NAMES = ("resnet50", "mobilenetv2", "efficientnet_b0", "bert_base", "gpt2", "llama7b_layer")
 CNN_MODELS = ("resnet50", "mobilenetv2", "efficientnet_b0")
-
-
-@dataclass(frozen=True)
-class ZooSpec:
-    """What to build: the family and its input size."""
-
-    name: str  # one of MODEL_NAMES
-    batch: int = 1  # batch size of the example input
-    image_size: int = 224  # CNNs: square image side (pixels)
-    seq_len: int = 32  # transformers: tokens per sequence
-    small: bool = False  # tiny variant for tests
-    seed: int = 0  # weights and example inputs
 
 
 def build_model(name: str, *, batch: int = 1, image_size: int | None = None, seq_len: int | None = None,

@@ -2,15 +2,20 @@
 
 Public surface (docs/CONTRACTS.md, section storage)::
 
-    from storage import Corpus, AppendResult, RECORD_SCHEMA, make_record_id, workload_key
+    from storage import Corpus, AppendResult, Record, RECORD_SCHEMA, make_record_id
 
-``workload_key`` lives in ``storage.interop``, the only module that imports TVM (lazily, inside
-its functions), so ``import storage`` stays fast.
+``Corpus`` is the one entry point: its methods come from one module per concept (``corpus``:
+open, append, scan, top_k, stats, workloads and hardware; ``integrity``: verify, reindex;
+``runs``: runs and task status; ``registry``: trained models).
+
+Storage is data only and imports no TVM: a workload key is computed from a TVM module by
+``collectors.tir.workload_key``, and MetaSchedule's JSON database goes in and out through
+``collectors.ms_database``.
 """
-from storage.corpus import AppendResult, Corpus, ReindexReport, VerifyReport
+from storage.corpus import AppendResult, Corpus
 from storage.errors import BadHardwareKey, CorpusError, IndexUnavailable, IndexVersionError, SchemaMismatch
-from storage.interop import workload_key
-from storage.schema import HARDWARE_KEY_RE, RECORD_SCHEMA, make_record_id
+from storage.integrity import ReindexReport, VerifyReport
+from storage.schema import HARDWARE_KEY_RE, RECORD_SCHEMA, Record, make_record_id
 
 __all__ = [
     "AppendResult",
@@ -21,9 +26,9 @@ __all__ = [
     "IndexUnavailable",
     "IndexVersionError",
     "RECORD_SCHEMA",
+    "Record",
     "ReindexReport",
     "SchemaMismatch",
     "VerifyReport",
     "make_record_id",
-    "workload_key",
 ]

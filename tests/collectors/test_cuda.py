@@ -15,7 +15,7 @@ needs_gpu = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU (T
 @pytest.mark.slow
 def test_cuda_design_space_binds_threads_and_sketch_ids_resolve():
     """Generating CUDA sketches needs no GPU (only the CUDA intrinsics import, ~12 s)."""
-    from collectors.design_space import design_space, sketch_id
+    from collectors.sketches import design_space, sketch_id
     from collectors.workloads import matmul
 
     sketches = design_space(matmul(128, 128, 128), H200_LIKE)
@@ -32,16 +32,16 @@ def test_cuda_design_space_binds_threads_and_sketch_ids_resolve():
 @needs_gpu
 def test_tune_matmul_on_the_gpu_stores_checked_records():
     from collectors.hardware import detect_hardware
-    from collectors.task import Task
+    from collectors.tasks import Task
     from collectors.tuner import TuneConfig, tune_task
     from collectors.workloads import matmul
 
     hw = detect_hardware("cuda")
     assert hw.key.startswith("cuda-sm_")
-    records: list[dict] = []
+    records: list = []
     summary = tune_task(Task("ef" * 8, "matmul256", matmul(256, 256, 256)), hw,
                         TuneConfig(trials=8, strategy="evolutionary"), on_records=records.extend)
     assert len(records) == 8 == summary.records
     assert summary.wrong_answers == 0
     assert summary.best_latency_s is not None and summary.best_latency_s > 0
-    assert all(r["hardware_key"] == hw.key and '"Bind"' in r["trace_json"] for r in records)
+    assert all(r.hardware_key == hw.key and '"Bind"' in r.trace_json for r in records)

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from collectors.design_space import design_space, skeleton, sketch_id, trace_json
+from collectors.sketches import design_space, skeleton, sketch_id
+from collectors.tir import trace_json
 from collectors.hardware import HARDWARE_KEY_RE, cpu_hardware, cuda_hardware_of, detect_hardware, slug
 
 from collectors.workloads import matmul as te_matmul

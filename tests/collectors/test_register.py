@@ -22,9 +22,10 @@ def _named_matmul(name: str):
 def test_same_key_other_names_is_tuned_on_the_first_registered_module(tmp_path):
     import tvm_ffi
 
-    from collectors.task import Task
+    from collectors.tasks import Task
     from collectors.tasks import register_tasks
-    from storage import Corpus, workload_key
+    from collectors.tir import workload_key
+    from storage import Corpus
 
     first, second = _named_matmul("C_first"), _named_matmul("C_second")
     key = workload_key(first)

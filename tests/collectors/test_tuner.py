@@ -8,18 +8,16 @@ import pytest
 
 import collectors.tuner as tuner_mod
 from collectors.correctness import Reference, check_schedule, compare, make_reference
-from collectors.design_space import design_space
-from collectors.task import Task
+from collectors.sketches import design_space
+from collectors.tasks import Task
+from storage import Record
 from collectors.tuner import TuneConfig, tune_task
 
-RECORD_COLUMNS = {"workload_key", "hardware_key", "target", "task_name", "sketch_id", "trace_json",
-                  "decisions_json", "run_secs", "latency_s", "error", "tuner", "tuner_params",
-                  "run_id", "node", "tvm_version", "args_info_json"}
 
 
 @pytest.fixture(scope="module")
 def tuned(matmul_mod, cpu_hw):
-    batches: list[list[dict]] = []
+    batches: list[list[Record]] = []
     progress: list[tuple] = []
     task = Task("ab" * 8, "matmul64", matmul_mod)
     summary = tune_task(task, cpu_hw, TuneConfig(trials=8, strategy="evolutionary", seed=3),
@@ -33,13 +31,13 @@ def test_eight_trials_give_eight_measured_records(tuned, cpu_hw):
     assert len(records) == 8 == summary.records
     assert progress and progress[-1][:2] == (8, 8)
     for rec in records:
-        assert RECORD_COLUMNS <= set(rec)
-        assert rec["hardware_key"] == cpu_hw.key and rec["tuner"] == "evolutionary" and rec["run_id"] == "r1"
-        assert json.loads(rec["tuner_params"])["trials"] == 8
-        assert rec["sketch_id"] in (0, 1, 2)
-        if rec["error"] is None:
-            assert rec["latency_s"] > 0 and rec["run_secs"]
-    ok = [r["latency_s"] for r in records if r["error"] is None]
+        assert isinstance(rec, Record) and rec.record_id and rec.args_info_json and rec.tvm_version
+        assert rec.hardware_key == cpu_hw.key and rec.tuner == "evolutionary" and rec.run_id == "r1"
+        assert json.loads(rec.tuner_params)["trials"] == 8
+        assert rec.sketch_id in (0, 1, 2)
+        if rec.error is None:
+            assert rec.latency_s > 0 and rec.run_secs
+    ok = [r.latency_s for r in records if r.error is None]
     assert ok and summary.best_latency_s == min(ok)
 
 
@@ -47,19 +45,19 @@ def test_record_traces_reapply_to_the_same_correct_program(tuned, matmul_mod, cp
     import tvm_ffi
     from tvm.s_tir.schedule import Schedule, Trace
 
-    from collectors.design_space import trace_json
+    from collectors.tir import trace_json
 
     _, batches, _ = tuned
     ref = make_reference(matmul_mod, seed=1)
     for rec in [r for b in batches for r in b][:4]:
-        trace = json.loads(rec["trace_json"])
+        trace = json.loads(rec.trace_json)
         first, second = Schedule(matmul_mod), Schedule(matmul_mod)
         Trace.apply_json_to_schedule(trace, first)
         Trace.apply_json_to_schedule(trace, second)
         assert tvm_ffi.structural_equal(first.mod, second.mod)
         assert not tvm_ffi.structural_equal(first.mod, matmul_mod)  # it was scheduled
         replayed = {int(k): v for k, v in trace_json(first.trace)[1]}
-        assert replayed == {int(k): v for k, v in json.loads(rec["decisions_json"])}
+        assert replayed == {int(k): v for k, v in json.loads(rec.decisions_json)}
         assert check_schedule(first, ref, cpu_hw) is None
 
 
@@ -106,13 +104,13 @@ def test_wrong_answers_during_tuning_are_errors_not_latencies(cpu_hw, monkeypatc
         return ref
 
     monkeypatch.setattr(tuner_mod, "make_reference", corrupted)
-    records: list[dict] = []
+    records: list[Record] = []
     summary = tune_task(Task("cd" * 8, "matmul32", matmul(32, 32, 32)), cpu_hw,
                         TuneConfig(trials=3, strategy="replay-trace", seed=1), on_records=records.extend)
     assert len(records) == 3
     for rec in records:
-        assert rec["error"].startswith("wrong answer: max rel err"), rec["error"]
-        assert rec["latency_s"] is None and rec["run_secs"] == []
+        assert rec.error.startswith("wrong answer: max rel err"), rec.error
+        assert rec.latency_s is None and rec.run_secs == []
     assert summary.wrong_answers == 3 and summary.best_latency_s is None
 
 

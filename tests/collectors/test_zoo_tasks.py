@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collectors.tasks import compile_and_run, extract_tasks, import_relax, op_kind_of, register_tasks
+from collectors.compile import compile_and_run
+from collectors.tasks import extract_tasks, import_relax, op_kind_of, register_tasks
 from collectors.zoo import MODEL_NAMES, build_model
 
 

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from cluster.cli import main
 from storage import Corpus
-from storage.interop import hardware_key_from_target
-from storage_synth import HW, make_records
+from tests.storage.helpers import HW, make_records
 
 
 def test_stats_verify_reindex(tmp_path, capsys):
@@ -46,21 +44,6 @@ def test_errors_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TLM_CORPUS", str(tmp_path / "c"))
     assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", "GPU!"]) == 2
     assert "does not match" in capsys.readouterr().err
-
-
-def test_import_then_export(tmp_path, capsys, ms_database):
-    work_dir, _, target, _ = ms_database
-    root = tmp_path / "c"
-    assert main(["corpus", "import-ms", str(work_dir), "--corpus", str(root)]) == 0
-    assert "8 new" in capsys.readouterr().out
-    assert main(["corpus", "import-ms", str(work_dir), "--corpus", str(root)]) == 0
-    assert "0 new, 8 already stored" in capsys.readouterr().out
-    hw = hardware_key_from_target(target)
-    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--all", "--corpus", str(root)]) == 0
-    assert "wrote 8 record(s) of 1 workload(s)" in capsys.readouterr().out
-    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--corpus", str(root)]) == 2
-    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--overwrite", "--corpus", str(root)]) == 0
-    assert len((tmp_path / "o" / "database_tuning_record.json").read_text().splitlines()) == 1
 
 
 def test_stats_and_verify_of_a_uri_root(tmp_path, capsys):

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from storage import Corpus
-from storage_synth import check_consistent, make_records
+from tests.storage.helpers import check_consistent, make_records
 
 HERE = Path(__file__).resolve().parent
 WORKERS = 4
@@ -24,7 +24,7 @@ def test_concurrent_appends_lose_and_duplicate_nothing(corpus_root, index_url):
         import random, sys, time
         sys.path.insert(0, {here!r})
         from storage import Corpus
-        from storage_synth import make_records
+        from helpers import make_records  # tests/storage/helpers.py
         w = int(sys.argv[1])
         recs = make_records({per}, start=w * 60)
         random.Random(w).shuffle(recs)

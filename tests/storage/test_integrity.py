@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storage import Corpus
-from storage_synth import HW, check_consistent, index_snapshot, local_dir, make_records
+from tests.storage.helpers import HW, check_consistent, index_snapshot, local_dir, make_records
 
 HERE = Path(__file__).resolve().parent
 
@@ -93,7 +93,7 @@ WORKER = textwrap.dedent(
     sys.path.insert(0, {here!r})
     import storage.corpus, storage.parts
     from storage import Corpus
-    from storage_synth import make_records
+    from tests.storage.helpers import make_records
 
     c = Corpus.open({root!r}, index_url={url!r})
     c.append(make_records(20))            # committed before the crash
@@ -182,7 +182,7 @@ def test_killed_at_a_random_moment(corpus_root):
         import sys
         sys.path.insert(0, {str(HERE)!r})
         from storage import Corpus
-        from storage_synth import make_records
+        from helpers import make_records  # tests/storage/helpers.py
         c = Corpus.open({str(root)!r})
         i = 0
         while True:

@@ -108,7 +108,7 @@ def test_top_k_fastest_successes_first(corpus, records):
 def test_parts_readable_without_our_code(corpus, records):
     corpus.append(records(12))
     corpus.append(records(8, hardware="cuda-sm_90-h200", start=100))
-    from storage_synth import local_dir
+    from tests.storage.helpers import local_dir
 
     root = local_dir(corpus)
     dset = ds.dataset(root, format="parquet", partitioning="hive", ignore_prefixes=[".", "_", "quarantine", "index"])

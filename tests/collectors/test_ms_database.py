@@ -7,8 +7,10 @@ import statistics
 import numpy as np
 import pytest
 
-from storage import Corpus, CorpusError, workload_key
-from storage.interop import export_ms, hardware_key_from_target, import_ms, key_from_shash, shash_from_key
+from collectors.hardware import key_of_target
+from collectors.ms_database import export_ms, import_ms, key_from_shash, shash_from_key
+from collectors.tir import workload_key
+from storage import Corpus, CorpusError
 from storage.schema import canonical_json
 
 
@@ -36,7 +38,7 @@ def test_import_ms(tmp_path, ms_database):
     c = Corpus.open(tmp_path / "c")
     rep = import_ms(c, work_dir)
     original = _records(work_dir)
-    hw = hardware_key_from_target(target)
+    hw = key_of_target(target)
     assert hw == f"cpu-{target['mcpu']}-2c" and rep.hardware_keys == [hw]
     assert rep.records == rep.stored == len(original) == 8 and rep.errors == 0 and not rep.warnings
     table = c.scan()
@@ -59,7 +61,7 @@ def test_import_export_all_round_trip(tmp_path, ms_database):
     work_dir, _, target, _ = ms_database
     c = Corpus.open(tmp_path / "c")
     import_ms(c, work_dir)
-    hw = hardware_key_from_target(target)
+    hw = key_of_target(target)
     rep = export_ms(c, tmp_path / "out", hardware_key=hw, best_only=False)
     assert (rep.workloads, rep.records, rep.skipped) == (1, 8, [])
     assert _records(tmp_path / "out") == _records(work_dir)
@@ -82,7 +84,7 @@ def test_export_best_applies_with_compile_relax(tmp_path, ms_database):
     work_dir, mod, target, tasks = ms_database
     c = Corpus.open(tmp_path / "c")
     import_ms(c, work_dir)
-    hw = hardware_key_from_target(target)
+    hw = key_of_target(target)
     rep = export_ms(c, tmp_path / "best", hardware_key=hw, best_only=True)
     assert (rep.workloads, rep.records) == (1, 1)
     orig = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
@@ -122,3 +124,20 @@ def test_import_needs_hardware_key_when_target_names_none(tmp_path, ms_database)
     assert c.scan({"error": None}).num_rows == 7
     with pytest.raises(CorpusError, match="not a MetaSchedule JSON database"):
         import_ms(c, tmp_path)
+
+
+def test_cli_import_then_export(tmp_path, capsys, ms_database):
+    from cluster.cli import main
+
+    work_dir, _, target, _ = ms_database
+    root = tmp_path / "c"
+    assert main(["corpus", "import-ms", str(work_dir), "--corpus", str(root)]) == 0
+    assert "8 new" in capsys.readouterr().out
+    assert main(["corpus", "import-ms", str(work_dir), "--corpus", str(root)]) == 0
+    assert "0 new, 8 already stored" in capsys.readouterr().out
+    hw = key_of_target(target)
+    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--all", "--corpus", str(root)]) == 0
+    assert "wrote 8 record(s) of 1 workload(s)" in capsys.readouterr().out
+    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--corpus", str(root)]) == 2
+    assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--overwrite", "--corpus", str(root)]) == 0
+    assert len((tmp_path / "o" / "database_tuning_record.json").read_text().splitlines()) == 1

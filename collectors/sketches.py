@@ -1,47 +1,32 @@
-"""The design space of a task: MetaSchedule's sketches, exactly as tuning explores them.
+"""Sketches: the design space MetaSchedule explores, sketch identity, and program validity.
 
 A *sketch* is a schedule whose trace holds every instruction the target's default schedule
 rules apply (post-order-apply over the blocks), with one random decision per sampling
 instruction. Tuning only ever changes those decisions (and the parallel extent MutateParallel
 rewrites), so the *instruction skeleton* of a measured trace tells which sketch it came from:
 :func:`sketch_id`. The tensor language (tlm/space.py) builds its prompts on these sketches.
+
+Validity is MetaSchedule's own: a replayed schedule is a valid program when every
+postprocessor of the target accepts it (:func:`refusing_postproc`). The tuner, the tensor
+language, the rule baseline and whole-model compile all ask this one function.
 """
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from collectors.fast_import import install_for_target
+from collectors.tir import as_module, as_target, plain_json
+
+if TYPE_CHECKING:
+    from collectors.hardware import Hardware
+    from collectors.tasks import Task
 
 logger = logging.getLogger(__name__)
 
 #: Annotation whose value MutateParallel changes during the search: not part of the skeleton.
 _MUTABLE_ANNOTATIONS = frozenset({"meta_schedule.parallel"})
-
-
-def as_target(target: Any):
-    """A ``tvm.target.Target`` from a Target, a dict (``{"kind": "llvm", ...}``) or a Hardware."""
-    import tvm
-
-    if hasattr(target, "tvm_target") and callable(target.tvm_target):  # collectors.hardware.Hardware
-        return target.tvm_target()
-    if isinstance(target, tvm.target.Target):
-        return target
-    if isinstance(target, dict):
-        return tvm.target.Target(target)
-    raise TypeError(f"target must be a tvm Target, a dict or a Hardware, got {target!r}")
-
-
-def as_module(mod: Any):
-    """An IRModule with one ``main`` PrimFunc, from an IRModule or a PrimFunc."""
-    import tvm
-
-    if isinstance(mod, tvm.tirx.PrimFunc):
-        return tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})
-    if isinstance(mod, tvm.IRModule):
-        return mod
-    raise TypeError(f"expected an IRModule or a PrimFunc, got {type(mod).__name__}")
 
 
 def tune_context(mod: Any, target: Any, *, seed: int = 0, task_name: str = "main", num_threads: int | None = None):
@@ -77,30 +62,6 @@ def design_space(mod: Any, target: Any, *, seed: int = 0) -> list:
     sketches = list(ctx.generate_design_space())
     logger.debug("design space of %d sketches", len(sketches))
     return sketches
-
-
-def plain_json(obj: Any) -> Any:
-    """``Trace.as_json()`` made JSON-serialisable (IntImm/FloatImm/String → Python values)."""
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, (list, tuple)):
-        return [plain_json(x) for x in obj]
-    if isinstance(obj, dict):
-        return {str(plain_json(k)): plain_json(v) for k, v in obj.items()}
-    value = getattr(obj, "value", None)
-    if value is not None and isinstance(value, (bool, int, float)):
-        dtype = str(getattr(obj, "dtype", ""))
-        return bool(value) if dtype == "bool" else value
-    if hasattr(obj, "items"):  # tvm Map
-        return {str(plain_json(k)): plain_json(v) for k, v in obj.items()}
-    if hasattr(obj, "__iter__") and not isinstance(obj, (bytes, bytearray)):  # tvm Array
-        return [plain_json(x) for x in obj]
-    return str(obj)
-
-
-def trace_json(trace: Any) -> list:
-    """A trace as plain JSON ``[insts, decisions]`` (postprocessing instructions kept)."""
-    return plain_json(trace.as_json())
 
 
 def skeleton(trace: Any, *, simplify: bool = False) -> tuple:
@@ -150,3 +111,28 @@ def _insts_json(trace: Any, simplify: bool) -> list:
     if isinstance(trace, (list, tuple)) and len(trace) == 2 and isinstance(trace[0], list):
         return list(trace[0])
     raise TypeError(f"expected a Trace, a Schedule or trace JSON, got {type(trace).__name__}")
+
+
+_POSTPROCS: dict[tuple, tuple] = {}
+
+
+def postprocs(task: "Task", hardware: "Hardware") -> tuple:
+    """The target's MetaSchedule postprocessors, initialised with a tune context (cached per
+    workload and hardware: initialising them costs a tune context)."""
+    key = (task.workload_key, hardware.key)
+    if key not in _POSTPROCS:
+        from tvm.s_tir import meta_schedule as ms
+
+        ctx = tune_context(task.mod, hardware)
+        procs = ms.Postproc.create("cuda" if hardware.kind == "cuda" else "llvm")
+        for p in procs:
+            p._initialize_with_tune_context(ctx)  # noqa: SLF001 - MetaSchedule's own API
+        _POSTPROCS[key] = (ctx, tuple(procs))
+    return _POSTPROCS[key][1]
+
+
+def refusing_postproc(sch: Any, task: "Task", hardware: "Hardware") -> str | None:
+    """Run every postprocessor of the target on ``sch`` (a replayed schedule, postprocessing
+    entered here); the name of the first one that refuses, or None when all accept."""
+    sch.enter_postproc()
+    return next((type(p).__name__ for p in postprocs(task, hardware) if not p.apply(sch)), None)

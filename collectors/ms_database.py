@@ -1,12 +1,13 @@
-"""MetaSchedule interop: workload keys, JSON-database import and export.
+"""MetaSchedule's JSON database, in and out of the corpus.
 
-The only storage module that touches TVM, and only inside functions (``import tvm`` costs
-seconds; ``import storage`` must not).
+It lives with the other TVM-facing concepts (collectors), not in storage: it decodes workloads
+with TVM and replays every exported trace, and the hardware key of an imported CPU target is
+derived by the one key rule (``collectors.hardware.key_of_target``), so an imported database
+pools with live collection on the same machine.
 
 Workload key: MetaSchedule's ``Workload`` stores ``shash = tvm_ffi.structural_hash(mod)`` as an
-unsigned decimal string (checked on TVM 0.27: ``Workload(mod).as_json()[0] ==
-str(tvm_ffi.structural_hash(mod))``). ``workload_key(mod)`` is the same number as 16 lowercase
-hex digits, so a key converts to MetaSchedule's shash and back without TVM
+unsigned decimal string; ``collectors.tir.workload_key(mod)`` is the same number as 16
+lowercase hex digits, so a key converts to MetaSchedule's shash and back without TVM
 (:func:`key_from_shash`, :func:`shash_from_key`).
 
 Import (:func:`import_ms`): a MetaSchedule JSON database directory (``database_workload.json``
@@ -16,8 +17,9 @@ registered with their TVMScript and ``tvm.ir.save_json(mod)`` (column ``workload
 which export needs). Records get ``tuner="ms-import"`` (MetaSchedule's database does not say
 which search strategy produced them), ``latency_s`` = median of ``run_secs``; a record whose
 ``run_secs`` are missing or MetaSchedule's failure marker (>= 1e9 s) is stored as an error. The
-hardware key is the caller's, or derived from a CPU target (``cpu-<mcpu>-<num-cores>c``, the
-collectors' scheme); a CUDA target names no GPU model, so the caller must pass the key.
+hardware key is the caller's, or derived from a CPU target by the collectors' key rule
+(``cpu-<slug(mcpu)>-<num-cores>c``); a CUDA target names no GPU model, so the caller must pass
+the key.
 
 Export (:func:`export_ms`): successful records of one hardware key (the fastest per workload, or
 all) written through TVM's own ``JSONDatabase`` (``commit_workload`` + ``TuningRecord.from_json``),
@@ -37,8 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collectors.hardware import key_of_target
+from collectors.tir import load_module, plain_json, workload_key
 from storage.errors import CorpusError
-from storage.schema import HARDWARE_KEY_RE, canonical_json, check_hardware_key, make_record_id
+from storage.schema import Record, canonical_json, check_hardware_key, make_record_id
 
 if TYPE_CHECKING:
     from storage.corpus import Corpus
@@ -53,21 +57,6 @@ IMPORT_BATCH = 5000  # records per append while importing
 _MASK64 = (1 << 64) - 1
 
 
-def workload_key(mod: Any) -> str:
-    """16 hex digits of ``tvm_ffi.structural_hash(mod)`` (an IRModule with one ``main`` PrimFunc).
-
-    A bare PrimFunc is wrapped as ``IRModule({"main": func})`` first, the way MetaSchedule does.
-    """
-    import tvm
-    import tvm_ffi
-
-    if isinstance(mod, tvm.tirx.PrimFunc):
-        mod = tvm.IRModule({"main": mod})
-    if not isinstance(mod, tvm.IRModule):
-        raise TypeError(f"workload_key needs an IRModule or PrimFunc, got {type(mod).__name__}")
-    return f"{tvm_ffi.structural_hash(mod) & _MASK64:016x}"
-
-
 def key_from_shash(shash: str | int) -> str:
     """MetaSchedule's decimal workload shash -> our 16-hex workload key."""
     return f"{int(shash) & _MASK64:016x}"
@@ -76,29 +65,6 @@ def key_from_shash(shash: str | int) -> str:
 def shash_from_key(key: str) -> str:
     """Our 16-hex workload key -> MetaSchedule's decimal workload shash."""
     return str(int(key, 16))
-
-
-def hardware_key_from_target(target: dict) -> str | None:
-    """``cpu-<mcpu>-<N>c`` for an LLVM target with ``mcpu`` and ``num-cores``; None otherwise."""
-    if target.get("kind") != "llvm" or not target.get("mcpu") or not target.get("num-cores"):
-        return None
-    key = f"cpu-{str(target['mcpu']).lower()}-{int(target['num-cores'])}c"
-    return key if HARDWARE_KEY_RE.match(key) else None
-
-
-def _plain(obj: Any) -> Any:
-    """TVM containers/IntImm/String from ``as_json`` as plain Python JSON values."""
-    import tvm
-
-    if isinstance(obj, (str, bool, int, float)) or obj is None:
-        return obj
-    if isinstance(obj, tvm.tirx.IntImm) or isinstance(obj, tvm.tirx.FloatImm):
-        return obj.value
-    if isinstance(obj, dict) or hasattr(obj, "items"):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) or hasattr(obj, "__len__"):
-        return [_plain(v) for v in obj]
-    return str(obj)
 
 
 @dataclass
@@ -167,7 +133,7 @@ def import_ms(
     now = _dt.datetime.now(_dt.timezone.utc)
     params = json.dumps({"source": str(work_dir.resolve())}, sort_keys=True)
     hw_seen: dict[str, dict] = {}
-    batch: list[dict] = []
+    batch: list[Record] = []
 
     def flush() -> None:
         if batch:
@@ -184,7 +150,7 @@ def import_ms(
         except Exception as exc:  # noqa: BLE001
             raise CorpusError(f"{rec_path}:{n + 1}: not a MetaSchedule tuning record: {exc}") from exc
         target = target or {}
-        hw = hardware_key or hardware_key_from_target(target)
+        hw = hardware_key or key_of_target(target)
         if hw is None:
             raise CorpusError(
                 f"{rec_path}:{n + 1}: cannot derive a hardware key from target {json.dumps(target)}; pass hardware_key="
@@ -196,26 +162,26 @@ def import_ms(
         report.records += 1
         report.errors += not ok
         batch.append(
-            {
-                "record_id": make_record_id(key, hw, trace_json),
-                "workload_key": key,
-                "hardware_key": hw,
-                "target": json.dumps(target, sort_keys=True),
-                "task_name": None,
-                "sketch_id": -1,
-                "trace_json": trace_json,
-                "decisions_json": json.dumps(trace[1] if len(trace) > 1 else []),
-                "run_secs": secs if ok else [],
-                "latency_s": statistics.median(secs) if ok else None,
-                "error": None if ok else f"ms-import: failed measurement (run_secs={run_secs})",
-                "tuner": tuner,
-                "tuner_params": params,
-                "run_id": run_id,
-                "node": node,
-                "tvm_version": tvm.__version__,
-                "created_at": now,
-                "args_info_json": json.dumps(args_info) if args_info is not None else None,
-            }
+            Record(
+                record_id=make_record_id(key, hw, trace_json),
+                workload_key=key,
+                hardware_key=hw,
+                target=json.dumps(target, sort_keys=True),
+                task_name=None,
+                sketch_id=-1,
+                trace_json=trace_json,
+                decisions_json=json.dumps(trace[1] if len(trace) > 1 else []),
+                run_secs=secs if ok else [],
+                latency_s=statistics.median(secs) if ok else None,
+                error=None if ok else f"ms-import: failed measurement (run_secs={run_secs})",
+                tuner=tuner,
+                tuner_params=params,
+                run_id=run_id,
+                node=node,
+                tvm_version=tvm.__version__,
+                created_at=now,
+                args_info_json=json.dumps(args_info) if args_info is not None else None,
+            )
         )
         if len(batch) >= IMPORT_BATCH:
             flush()
@@ -225,22 +191,6 @@ def import_ms(
             corpus.register_hardware(hw, target=target, description="registered by ms-import")
     report.hardware_keys = sorted(hw_seen)
     return report
-
-
-def workload_module(corpus: "Corpus", workload_key: str) -> Any | None:
-    """The IRModule stored for ``workload_key`` (exact JSON, else parsed TVMScript), or None."""
-    row = corpus.workload(workload_key)
-    return _load_mod(row) if row and (row.get("mod_json") or row.get("tvmscript")) else None
-
-
-def _load_mod(row: dict):
-    import tvm
-
-    if row.get("mod_json"):
-        return tvm.ir.load_json(row["mod_json"])
-    if row.get("tvmscript"):
-        return tvm.script.from_source(row["tvmscript"])
-    raise CorpusError(f"workload {row['workload_key']} has neither mod_json nor tvmscript")
 
 
 def export_ms(
@@ -287,7 +237,7 @@ def export_ms(
             try:
                 if info is None:
                     raise CorpusError("not registered")
-                mod = _load_mod(info)
+                mod = load_module(info)
                 workloads[wk] = (db.commit_workload(mod), mod)
                 report.workloads += 1
             except Exception as exc:  # noqa: BLE001 - reported per workload
@@ -297,7 +247,7 @@ def export_ms(
             continue
         wl, mod = workloads[wk]
         args_info = json.loads(row["args_info_json"]) if row["args_info_json"] else [
-            _plain(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+            plain_json(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])
         ]
         target = json.loads(row["target"]) if row["target"] else corpus.hardware_info(hardware_key)["target"]
         try:

@@ -1,0 +1,104 @@
+"""Whole-model compile and run: a fused Relax module built for a hardware, with or without a
+MetaSchedule database of schedules, run and timed on this host.
+
+One home for what the demo, ``tlm compile`` and the benchmarks do with a whole model: build it
+(:func:`compile_model`), run it and unwrap its output (:func:`run_model`), time it
+(:func:`time_model`), and time the PyTorch module it came from (:func:`time_torch`) so the
+comparison is made in one process with one protocol. Running refuses, before anything runs,
+hardware this host cannot execute (``collectors.hardware.check_runs_here``).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from collectors.hardware import Hardware, check_runs_here
+
+
+def compile_model(mod: Any, hardware: Hardware | None = None, database: Any | None = None) -> Any:
+    """A Relax executable of ``mod`` for ``hardware`` (default: plain host llvm).
+
+    With a MetaSchedule ``database`` (e.g. ``JSONDatabase``) its schedules are applied
+    (``compile_relax``); without one, TVM's default (untuned) lowering is used.
+    """
+    import tvm
+
+    target = hardware.tvm_target() if hardware is not None else tvm.target.Target({"kind": "llvm"})
+    if database is None:
+        return tvm.compile(mod, target=target)
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.relax_integration.compile_relax(database, mod, target, params=None)
+
+
+def _device(hardware: Hardware | None) -> Any:
+    import tvm
+
+    if hardware is not None:
+        check_runs_here(hardware)
+    return tvm.cuda(0) if hardware is not None and hardware.kind == "cuda" else tvm.cpu(0)
+
+
+def _inputs(args: Sequence[Any], dev: Any) -> list:
+    import numpy as np
+    import tvm
+
+    return [tvm.runtime.tensor(np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a), device=dev)
+            for a in args]
+
+
+def run_model(executable: Any, args: Sequence[Any], hardware: Hardware | None = None) -> Any:
+    """Run a compiled model on ``args`` (torch tensors or arrays); its output as a numpy array."""
+    from tvm import relax
+
+    dev = _device(hardware)
+    out = relax.VirtualMachine(executable, dev)["main"](*_inputs(args, dev))
+    while not hasattr(out, "numpy") and len(out) == 1:  # unwrap a 1-tuple
+        out = out[0]
+    return out.numpy()
+
+
+def time_model(executable: Any, args: Sequence[Any], hardware: Hardware | None = None, *,
+               number: int = 10, repeat: int = 5, min_repeat_ms: int = 50) -> float:
+    """Median seconds of one run of a compiled model (TVM's time evaluator, inputs set once)."""
+    from tvm import relax
+
+    dev = _device(hardware)
+    vm = relax.VirtualMachine(executable, dev)
+    vm.set_input("main", *_inputs(args, dev))
+    timer = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return float(timer("main").median)
+
+
+def time_torch(module: Any, args: Sequence[Any], *, threads: int, warmup: int = 5, runs: int = 30) -> float:
+    """Median seconds of one PyTorch eager forward on ``threads`` threads (inference mode)."""
+    import statistics
+
+    import torch
+
+    torch.set_num_threads(threads)
+    with torch.inference_mode():
+        for _ in range(warmup):
+            module(*args)
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            module(*args)
+            times.append(time.perf_counter() - t0)
+    return float(statistics.median(times))
+
+
+def torch_output(module: Any, args: Sequence[Any]) -> Any:
+    """The PyTorch module's output as a numpy array (first of a tuple, ``.logits`` of an HF output)."""
+    import torch
+
+    with torch.inference_mode():
+        out = module(*args)
+    out = out[0] if isinstance(out, (tuple, list)) else getattr(out, "logits", out)
+    return out.numpy()
+
+
+def compile_and_run(mod: Any, args: Sequence[Any], hardware: Hardware | None = None,
+                    database: Any | None = None) -> Any:
+    """Compile ``mod`` for ``hardware`` (with ``database``'s schedules if given) and run it once."""
+    return run_model(compile_model(mod, hardware, database), args, hardware)

@@ -1,0 +1,117 @@
+"""Small TVM glue every layer above storage shares: targets, modules, JSON of TVM objects.
+
+One home each, so the tuner, the tensor language, the MetaSchedule database interop and the
+whole-model compile all convert the same way:
+
+- :func:`as_target` — a ``tvm.target.Target`` from a Target, a dict or a ``Hardware``;
+- :func:`as_module` — an IRModule with one ``main`` PrimFunc (MetaSchedule's unit);
+- :func:`load_module` — that module from its stored form (``tvm.ir.save_json`` text, else
+  TVMScript), as the index keeps it;
+- :func:`workload_key` — a task's identity: MetaSchedule's structural hash as 16 hex digits;
+- :func:`plain_json` / :func:`trace_json` — TVM's ``as_json`` values (IntImm, String, Array,
+  Map) as plain Python JSON.
+
+TVM is imported inside the functions: ``import tvm`` costs seconds and most callers of this
+module's users (the CLI's argument parsing, storage) never need it.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+_MASK64 = (1 << 64) - 1
+
+
+def as_target(target: Any):
+    """A ``tvm.target.Target`` from a Target, a dict (``{"kind": "llvm", ...}``) or a Hardware."""
+    import tvm
+
+    if hasattr(target, "tvm_target") and callable(target.tvm_target):  # collectors.hardware.Hardware
+        return target.tvm_target()
+    if isinstance(target, tvm.target.Target):
+        return target
+    if isinstance(target, dict):
+        return tvm.target.Target(target)
+    raise TypeError(f"target must be a tvm Target, a dict or a Hardware, got {target!r}")
+
+
+def as_module(mod: Any):
+    """An IRModule with one ``main`` PrimFunc, from an IRModule or a PrimFunc."""
+    import tvm
+
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        return tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})
+    if isinstance(mod, tvm.IRModule):
+        return mod
+    raise TypeError(f"expected an IRModule or a PrimFunc, got {type(mod).__name__}")
+
+
+def load_module(row: Mapping[str, Any]):
+    """The IRModule of a stored workload (an index ``workloads`` row or any mapping with
+    ``mod_json`` and/or ``tvmscript``).
+
+    ``mod_json`` is exact (names included) and wins; TVMScript is parsed otherwise, and a bare
+    PrimFunc is wrapped as ``main``. Raises ``ValueError`` naming the workload when neither is
+    usable, so callers decide whether to skip it or stop.
+    """
+    import tvm
+
+    name = row.get("workload_key", "?")
+    if row.get("mod_json"):
+        return tvm.ir.load_json(row["mod_json"])
+    if row.get("tvmscript"):
+        try:
+            mod = tvm.script.from_source(row["tvmscript"])
+        except Exception as exc:  # noqa: BLE001 - TVM's parser raises many kinds
+            raise ValueError(f"workload {name}: its TVMScript does not parse: {str(exc)[:200]}") from exc
+        return mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})
+    raise ValueError(f"workload {name} has neither mod_json nor tvmscript")
+
+
+def workload_key(mod: Any) -> str:
+    """16 hex digits of ``tvm_ffi.structural_hash(mod)`` (an IRModule with one ``main`` PrimFunc).
+
+    This is MetaSchedule's workload shash (checked on TVM 0.27:
+    ``Workload(mod).as_json()[0] == str(structural_hash(mod))``). A bare PrimFunc is wrapped as
+    ``IRModule({"main": func})`` first, the way MetaSchedule does.
+    """
+    import tvm
+    import tvm_ffi
+
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        mod = tvm.IRModule({"main": mod})
+    if not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"workload_key needs an IRModule or PrimFunc, got {type(mod).__name__}")
+    return f"{tvm_ffi.structural_hash(mod) & _MASK64:016x}"
+
+
+def plain_json(obj: Any) -> Any:
+    """``as_json()`` output made JSON-serialisable (IntImm/FloatImm/String/Array/Map → Python)."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [plain_json(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(plain_json(k)): plain_json(v) for k, v in obj.items()}
+    value = getattr(obj, "value", None)
+    if value is not None and isinstance(value, (bool, int, float)):
+        dtype = str(getattr(obj, "dtype", ""))
+        return bool(value) if dtype == "bool" else value
+    if hasattr(obj, "items"):  # tvm Map
+        return {str(plain_json(k)): plain_json(v) for k, v in obj.items()}
+    if hasattr(obj, "__iter__") and not isinstance(obj, (bytes, bytearray)):  # tvm Array
+        return [plain_json(x) for x in obj]
+    return str(obj)
+
+
+def trace_json(trace: Any) -> list:
+    """A trace as plain JSON ``[insts, decisions]`` (postprocessing instructions kept)."""
+    return plain_json(trace.as_json())
+
+
+@functools.lru_cache(maxsize=1)
+def tvm_version() -> str:
+    """``tvm.__version__``, stored with every record."""
+    import tvm
+
+    return str(tvm.__version__)
