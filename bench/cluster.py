@@ -48,9 +48,9 @@ SHAPES = [(32, 32, 32), (32, 64, 32), (64, 32, 32), (32, 32, 64), (64, 64, 32), 
 
 
 def _tasks(n: int):
-    from collectors.task import Task
+    from collectors.tasks import Task
     from collectors.workloads import matmul
-    from storage import workload_key
+    from collectors.tir import workload_key
 
     out = []
     for i, k, m in SHAPES[:n]:

@@ -34,7 +34,6 @@ def torch_equivalent(task: Any, ref: Any) -> tuple[Any, str]:
     Candidates are tried on the reference inputs; one is accepted only if it reproduces the
     reference output (the unscheduled PrimFunc's) to float tolerance.
     """
-    import numpy as np
     import torch
     import torch.nn.functional as F
 
@@ -157,12 +156,12 @@ def run_ours(task: Any, hardware: Any, corpus: Any, trials: int, trials_per_iter
     append_s = 0.0
     traces: list[str] = []
 
-    def flush(records: list[dict]) -> None:
+    def flush(records: list) -> None:
         nonlocal stored, append_s
         t = time.perf_counter()
         stored += corpus.append(records).rows
         append_s += time.perf_counter() - t
-        traces.extend(r["trace_json"] for r in records if r["error"] is None)
+        traces.extend(r.trace_json for r in records if r.error is None)
 
     t0 = time.perf_counter()
     s = tune_task(task, hardware, _our_config(trials, trials_per_iter, seed), on_records=flush, run_id="bench")
@@ -203,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("tasks: %s", [(t.model, t.task_name) for t in tasks])
     rows = []
     # Untimed warm-up of both paths (first-use costs: xgboost import, LLVM init, pools).
-    from collectors.task import Task
+    from collectors.tasks import Task
     from collectors.workloads import matmul
 
     with tempfile.TemporaryDirectory(prefix="bench-warmup-") as warm_dir:

@@ -10,16 +10,19 @@ in-process loop instead (same records, same resume rules; no Ray start-up). In R
 ``--hardware`` names the keys to collect for (comma-separated or ``all``); in the plain loop
 it overrides this machine's key. See docs/cluster.md.
 
-The argument definitions live in :func:`add_collect_arguments` so that a distributed variant
-can extend the same parser (e.g. with ``--address``).
+This module is the CLI glue only: the options, the one ``TuneConfig`` they describe, and the
+two ways to run (``collectors.collect.collect`` in process, ``cluster.collect_job`` on Ray).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from typing import Any, Mapping
 
 
 def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of a local collection (shared with any distributed variant)."""
+    """The options of what to collect (both ways of running)."""
     parser.add_argument("--model", required=True,
                         help="zoo model (resnet50, mobilenetv2, efficientnet_b0, bert_base, gpt2, "
                              "llama7b_layer) or a path to an .onnx file")
@@ -47,8 +50,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("collect", help="tune a model's tasks into a corpus (Ray actors; --no-ray for in-process)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_collect_arguments(parser)
-    from cluster.collect_job import add_cluster_arguments
-
     add_cluster_arguments(parser)
     parser.add_argument("--no-ray", action="store_true",
                         help="tune in this process without Ray (the plain local loop)")
@@ -56,20 +57,99 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    """The TuneConfig the options describe."""
+    """The TuneConfig the options describe (the one place the CLI builds one)."""
     from collectors.tuner import TuneConfig
 
     return TuneConfig(trials=args.trials, strategy=args.strategy, seed=args.seed,
                       trials_per_iter=args.trials_per_iter, check_correctness=not args.no_check)
 
 
+def zoo_kwargs_from_args(args: argparse.Namespace) -> dict:
+    """``build_model`` options for a zoo model (none for an ONNX file)."""
+    if str(args.model).endswith(".onnx"):
+        return {}
+    return {"batch": args.batch, "image_size": args.image_size, "seq_len": args.seq_len,
+            "small": args.small, "seed": args.seed}
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the flags that say where a collection runs (for ``tlm collect``).
+
+    In cluster mode ``--hardware`` is read as the keys to collect for (comma-separated or
+    ``all``; default: every key present), see :func:`hardware_keys_from_args`.
+    """
+    g = parser.add_argument_group("cluster (Ray)")
+    g.add_argument(
+        "--address",
+        default=None,
+        help="collect on a Ray cluster: 'auto' (the one this node belongs to), 'ray://HOST:10001', "
+        "or 'local' to start a local Ray advertising this machine's hardware",
+    )
+    g.add_argument("--max-attempts", type=int, default=3, help="tries per task before it is reported failed")
+    g.add_argument(
+        "--wait-for-nodes",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="ask the autoscaler for nodes of requested-but-absent hardware and wait this long",
+    )
+    g.add_argument("--object-store-mb", type=int, default=256, help="object store of a local Ray (MiB)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def job_config_from_args(args: argparse.Namespace):
+    """The ``JobConfig`` of the flags ``add_cluster_arguments`` added."""
+    from cluster.collect_job import JobConfig
+
+    return JobConfig(
+        address=None if args.address in (None, "", "local") else args.address,
+        object_store_mb=args.object_store_mb,
+        max_attempts=args.max_attempts,
+        wait_for_nodes_s=args.wait_for_nodes,
+        progress=not args.no_progress,
+    )
+
+
+def hardware_keys_from_args(args: argparse.Namespace) -> list[str] | None:
+    """``--hardware`` as a list of keys, ``None`` meaning every key present in the cluster."""
+    keys = [k.strip() for k in (args.hardware or "").split(",") if k.strip()]
+    return None if not keys or "all" in keys else keys
+
+
+def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None = None) -> int:
+    """``tlm collect`` on Ray (the default): the model's tasks collected by collector actors.
+
+    ``hardware`` gives the Hardware of a key explicitly (simulated nodes in tests). Returns 0
+    when every (task, hardware) unit is done or skipped, 1 otherwise.
+    """
+    from cluster.collect_job import run_collection
+    from collectors.hardware import detect_hardware
+    from collectors.tasks import tasks_for_models
+
+    config = config_from_args(args)
+    tasks = tasks_for_models([args.model], detect_hardware("cpu"), max_tasks=args.tasks, **zoo_kwargs_from_args(args))
+    summary = run_collection(
+        tasks,
+        corpus_root=args.corpus,
+        index_url=args.index_url,
+        tune_config=config,
+        hardware_keys=hardware_keys_from_args(args),
+        hardware=hardware,
+        config=job_config_from_args(args),
+        params={"model": args.model},
+    )
+    print(json.dumps(summary.as_dict(), indent=2))
+    for o in summary.outcomes:
+        if o.status in ("failed", "unplaceable"):
+            print(f"{o.status}: {o.task_name} on {o.hardware_key}: {o.error}", file=sys.stderr)
+    return 0 if summary.status == "done" else 1
+
+
 def run_collect(args: argparse.Namespace) -> int:
     if args.no_ray and args.address:
         raise SystemExit("error: --no-ray and --address exclude each other")
     if not args.no_ray:
-        from cluster.collect_job import collect_from_args
-
-        return collect_from_args(args)
+        return run_on_ray(args)
     return run_local(args)
 
 
@@ -87,10 +167,7 @@ def run_local(args: argparse.Namespace) -> int:
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     hardware = detect_hardware(args.device, key=args.hardware)
     config = config_from_args(args)
-    zoo_kwargs = {"batch": args.batch, "image_size": args.image_size, "seq_len": args.seq_len,
-                  "small": args.small, "seed": args.seed}
-    if args.model.endswith(".onnx"):
-        zoo_kwargs = {}
+    zoo_kwargs = zoo_kwargs_from_args(args)
     corpus = Corpus.open(args.corpus, index_url=args.index_url)
     console = Console(stderr=True)
     console.print(f"collecting {args.model} on {hardware.key} ({hardware.description}) into {args.corpus}")

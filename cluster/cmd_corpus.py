@@ -131,7 +131,7 @@ _reindex = _print_report("reindex")
 
 @_guard
 def _import_ms(args: argparse.Namespace) -> int:
-    from storage.interop import import_ms
+    from collectors.ms_database import import_ms
 
     with _open(args, create=True) as c:
         rep = import_ms(c, args.ms_dir, hardware_key=args.hardware_key)
@@ -144,7 +144,7 @@ def _import_ms(args: argparse.Namespace) -> int:
 
 @_guard
 def _export_ms(args: argparse.Namespace) -> int:
-    from storage.interop import export_ms
+    from collectors.ms_database import export_ms
 
     with _open(args) as c:
         rep = export_ms(c, args.out_dir, hardware_key=args.hardware_key, best_only=not args.all,

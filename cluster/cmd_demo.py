@@ -55,7 +55,8 @@ def _step(n: int, text: str) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     from collectors.hardware import detect_hardware
     from collectors.tuner import TuneConfig
-    from cluster.collect_job import JobConfig, run_collection, tasks_for_models
+    from cluster.collect_job import JobConfig, run_collection
+    from collectors.tasks import tasks_for_models
     from storage import Corpus
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
@@ -102,61 +103,31 @@ def run_demo(args: argparse.Namespace) -> int:
     report["wall_s"] = round(time.perf_counter() - t_start, 1)
     (work / "demo.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"\ndone in {report['wall_s']} s; report in {work / 'demo.json'}")
-    return 0 if summary.status == "finished" and report["end_to_end"].get("max_abs_err") is not None else 1
-
-
-def _time_vm(ex: Any, inputs: list, dev: Any) -> float:
-    """Median seconds of one run of a compiled Relax executable."""
-    from tvm import relax
-
-    vm = relax.VirtualMachine(ex, dev)
-    vm.set_input("main", *inputs)
-    timer = vm.time_evaluator("invoke_stateful", dev, number=10, repeat=5, min_repeat_ms=50)
-    return float(timer("main").median)
+    return 0 if summary.status == "done" and report["end_to_end"].get("max_abs_err") is not None else 1
 
 
 def _end_to_end(corpus: Any, hw: Any, model: str, zoo: dict, work: Path) -> dict:
     import numpy as np
-    import torch
-    import tvm
-    from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
+    from collectors.ms_database import export_ms
     from collectors.tasks import import_relax
     from collectors.zoo import build_model
-    from storage.interop import export_ms
 
     db_dir = work / "best-db"
     rep = export_ms(corpus, str(db_dir), hardware_key=hw.key, best_only=True, overwrite=True)
     print(f"exported {rep.records} best record(s) to {db_dir}")
     module, args = build_model(model, **zoo)
     mod = import_relax(module, args)
-    target = hw.tvm_target()
-    dev = tvm.cpu(0)
-    db = ms.database.JSONDatabase(work_dir=str(db_dir))
-    tuned = ms.relax_integration.compile_relax(db, mod, target, params=None)
-    untuned = tvm.compile(mod, target=target)
-    inputs = [tvm.runtime.tensor(a.numpy(), device=dev) for a in args]
-    out = relax.VirtualMachine(tuned, dev)["main"](*inputs)
-    while not hasattr(out, "numpy"):
-        out = out[0]
-    with torch.inference_mode():
-        want = module(*args)
-    want = (want[0] if isinstance(want, (tuple, list)) else getattr(want, "logits", want)).numpy()
-    err = float(np.max(np.abs(out.numpy() - want)))
-    ok = bool(np.allclose(out.numpy(), want, rtol=1e-3, atol=1e-4))
-    t_tuned = _time_vm(tuned, inputs, dev)
-    t_untuned = _time_vm(untuned, inputs, dev)
-    torch.set_num_threads(hw.cores)
-    with torch.inference_mode():
-        for _ in range(5):
-            module(*args)
-        times = []
-        for _ in range(30):
-            t0 = time.perf_counter()
-            module(*args)
-            times.append(time.perf_counter() - t0)
-    t_torch = float(np.median(times))
+    tuned = compile_model(mod, hw, ms.database.JSONDatabase(work_dir=str(db_dir)))
+    untuned = compile_model(mod, hw)
+    got, want = run_model(tuned, args, hw), torch_output(module, args)
+    err = float(np.max(np.abs(got - want)))
+    ok = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+    t_tuned = time_model(tuned, args, hw)
+    t_untuned = time_model(untuned, args, hw)
+    t_torch = time_torch(module, args, threads=hw.cores)
     print(f"output vs PyTorch: max abs err {err:.2e} ({'ok' if ok else 'MISMATCH'})")
     print(f"latency: tuned TVM {t_tuned * 1e3:.3f} ms | untuned TVM {t_untuned * 1e3:.3f} ms | "
           f"PyTorch eager {t_torch * 1e3:.3f} ms  -> tuned is {t_untuned / t_tuned:.1f}x faster than untuned, "

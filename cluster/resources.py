@@ -151,31 +151,15 @@ def detect_node_hardware(*, with_cpu: bool = False) -> list[Hardware]:
     A GPU node measures GPUs by default: its CPU is busy building for them, which would make
     CPU measurements noisy. ``with_cpu=True`` adds the CPU key anyway.
     """
-    from collectors import hardware as hwmod
+    from collectors.hardware import detect_hardware
 
-    detect = getattr(hwmod, "detect_hardware", None)
-    if detect is None:
-        raise RuntimeError("collectors.hardware.detect_hardware is not available in this checkout")
-    cpu = _call_detect(detect, "cpu")
+    cpu = detect_hardware("cpu")
     gpus = count_gpus()
     if not gpus:
         return [cpu]
-    gpu = _call_detect(detect, "cuda")
-    if gpu is None or gpu.kind != "cuda":
-        log.warning("%d GPU(s) seen by nvidia-smi but detect_hardware gave no CUDA hardware; advertising the CPU", gpus)
+    try:
+        gpu = detect_hardware("cuda")
+    except RuntimeError as exc:  # nvidia-smi sees a GPU that TVM cannot open
+        log.warning("%d GPU(s) seen by nvidia-smi but TVM sees none (%s); advertising the CPU", gpus, exc)
         return [cpu]
     return [gpu, cpu] if with_cpu else [gpu]
-
-
-def _call_detect(detect, kind: str) -> Hardware | None:
-    """Call ``detect_hardware`` for ``kind`` whatever its keyword is called (adapter)."""
-    import inspect
-
-    params = inspect.signature(detect).parameters
-    for name in ("kind", "device"):
-        if name in params:
-            return detect(**{name: kind})
-    hw = detect()
-    if isinstance(hw, (list, tuple)):
-        return next((h for h in hw if h.kind == kind), None)
-    return hw if hw.kind == kind else None

@@ -1,78 +1,194 @@
-"""The local collection loop: tune each task of a model on this machine into a corpus.
+"""One collection protocol: collect a unit of work into the corpus; the local loop over many.
 
-One process, no Ray (the cluster package dispatches the same units to Ray actors). A unit
-of work is (task, hardware, tuner, trials); a finished unit is marked "done" in the corpus
-index and skipped when the loop runs again, so re-running resumes instead of starting over.
-Records are appended as MetaSchedule measures them (one Parquet part per batch), so Ctrl-C
-loses at most the batch in flight; a unit interrupted half-way is tuned again from the start
-next time, and records it already stored are deduplicated by their ids.
+A *unit* is (task, hardware, tuner, trial budget). :func:`collect_unit` is the only code that
+collects one: it skips a unit the index already marks "done", marks it "running", tunes it
+with every measured batch appended to the corpus at once (one Parquet part per batch, so a
+crash loses at most the batch in flight), and marks it "done", "failed" or "interrupted". It
+returns one :class:`UnitOutcome`, whose ``status`` is one of :data:`UNIT_STATUSES`. The local
+loop (:func:`collect`, no Ray) and the Ray collector actor (``cluster/collector.py``) both call
+it, so resume, crash safety and status rules are the same everywhere; the Ray job adds only
+placement, retries and the "unplaceable" status for units no node can take.
+
+A unit interrupted half-way is tuned again from the start next time; records it already
+stored are deduplicated by their ids (counted as ``duplicates``).
 """
 from __future__ import annotations
 
+import datetime as _dt
 import logging
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from collectors.hardware import Hardware
-from collectors.task import Task
-from collectors.tasks import extract_tasks, register_tasks
+from collectors.hardware import Hardware, check_runs_here
+from collectors.tasks import Task, extract_tasks, register_tasks
 from collectors.tuner import TuneConfig, TuneSummary, tune_task
+from storage import Record
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class TaskOutcome:
-    """What happened to one unit of work in this run."""
-
-    task: Task
-    status: str  # "tuned", "skipped" (already done), "failed"
-    summary: TuneSummary | None = None
-    stored: int = 0  # records newly written to the corpus (duplicates excluded)
-    error: str | None = None
+#: What can become of a unit: tuned now, already done before, failed (an error, after any
+#: retries), stopped by Ctrl-C, or never run because no node has its hardware (Ray job only).
+UNIT_STATUSES = ("done", "skipped", "failed", "interrupted", "unplaceable")
+#: What can become of a run: every unit done or skipped, some failed or unplaceable, the run
+#: itself crashed, or stopped by Ctrl-C.
+RUN_STATUSES = ("done", "partial", "failed", "interrupted")
 
 
 @dataclass
-class CollectSummary:
-    """The whole run: per-task outcomes and totals."""
+class UnitOutcome:
+    """What happened to one unit (small: no records; it crosses Ray's object store)."""
+
+    workload_key: str  # the task
+    hardware_key: str  # the hardware it was collected for
+    task_name: str  # for people
+    tuner: str  # the strategy (with trials: the resume key)
+    trials: int  # the trial budget
+    weight: int = 1  # occurrences of the task in its model(s)
+    flops: float = 0.0  # of one run of the task
+    status: str = "pending"  # one of UNIT_STATUSES once it ended ("pending" before)
+    records: int = 0  # rows appended (new, after dedup)
+    duplicates: int = 0  # rows the corpus already had (a unit re-measured after a crash)
+    errors: int = 0  # rows that are build/run errors or wrong answers (stored as data)
+    best_latency_s: float | None = None  # fastest correct candidate
+    sketches: int = 0  # size of the design space
+    attempts: int = 0  # times the Ray job handed it to a collector (0 in the local loop)
+    node_id: str = ""  # Ray node that collected it ("local" outside Ray)
+    host: str = ""  # its host name
+    started_at: float = 0.0  # wall clock (time.time())
+    finished_at: float = 0.0
+    append_s: float = 0.0  # time spent appending to the corpus (parts + index rows)
+    parts: list[str] = field(default_factory=list)  # part files written
+    error: str = ""  # why it failed
+
+    @classmethod
+    def of(cls, task: Task, hardware_key: str, config: TuneConfig, **kw: Any) -> "UnitOutcome":
+        return cls(task.workload_key, hardware_key, task.task_name, config.strategy, config.trials,
+                   weight=task.weight, flops=task.flops, **kw)
+
+    @property
+    def elapsed_s(self) -> float:
+        return max(0.0, self.finished_at - self.started_at) if self.finished_at else 0.0
+
+
+@dataclass
+class CollectionSummary:
+    """A whole run, local or on Ray: per-unit outcomes and totals (also kept in ``runs``)."""
 
     run_id: str
-    hardware_key: str
-    tuner: str
-    trials: int
-    outcomes: list[TaskOutcome] = field(default_factory=list)
-    elapsed_s: float = 0.0
-    status: str = "done"  # "done", "interrupted", "failed"
+    status: str  # one of RUN_STATUSES
+    outcomes: list[UnitOutcome] = field(default_factory=list)
+    tuner: str = ""
+    trials: int = 0
+    hardware_keys: list[str] = field(default_factory=list)  # keys collected for
+    idle_keys: list[str] = field(default_factory=list)  # Ray: hardware present but not asked for
+    missing_keys: list[str] = field(default_factory=list)  # Ray: hardware asked for but absent
+    wall_s: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
 
     @property
     def records(self) -> int:
-        return sum(o.stored for o in self.outcomes)
+        return sum(o.records for o in self.outcomes)
 
     @property
-    def tuned(self) -> int:
-        return sum(1 for o in self.outcomes if o.status == "tuned")
+    def duplicates(self) -> int:
+        return sum(o.duplicates for o in self.outcomes)
 
-    @property
-    def skipped(self) -> int:
-        return sum(1 for o in self.outcomes if o.status == "skipped")
+    def as_dict(self) -> dict:
+        return {
+            "run_id": self.run_id, "status": self.status,
+            **{s: self.count(s) for s in UNIT_STATUSES},
+            "records": self.records, "duplicates": self.duplicates,
+            "idle_keys": self.idle_keys, "missing_keys": self.missing_keys, "wall_s": round(self.wall_s, 3),
+        }
+
+
+def run_status(outcomes: Sequence[UnitOutcome]) -> str:
+    """The status of a run that ended normally: "done" unless a unit failed or was unplaceable."""
+    return "partial" if any(o.status in ("failed", "unplaceable") for o in outcomes) else "done"
+
+
+#: ``on_batch(outcome, records)`` after each appended batch (progress displays).
+BatchCallback = Callable[[UnitOutcome, list], None]
+
+
+def collect_unit(corpus: Any, task: Task, hardware: Hardware, config: TuneConfig, *, run_id: str,
+                 node_id: str = "local", tune: Callable[..., TuneSummary] = tune_task,
+                 on_batch: BatchCallback | None = None,
+                 progress: Callable[[int, int, "float | None"], None] | None = None) -> UnitOutcome:
+    """Collect one unit (``task`` on ``hardware`` with ``config``) into ``corpus``.
+
+    Returns status "skipped" when the index already marks the unit done, "done" when tuned,
+    "failed" (with ``error``) when tuning raised; KeyboardInterrupt marks it "interrupted" and
+    is re-raised. ``tune`` is the tuning function (``tune_task``; replaceable to wrap it).
+    """
+    key = (task.workload_key, hardware.key, config.strategy, config.trials)
+    res = UnitOutcome.of(task, hardware.key, config, node_id=node_id, host=socket.gethostname(),
+                         started_at=time.time())
+    if corpus.task_status(*key) == "done":
+        res.status, res.finished_at = "skipped", time.time()
+        return res
+    corpus.set_task_status(*key, "running", run_id=run_id)
+
+    def store(batch: list[Record]) -> None:
+        if not batch:
+            return
+        now = _dt.datetime.now(_dt.timezone.utc)
+        for r in batch:
+            r.run_id = run_id
+            r.node = r.node or res.host
+            r.created_at = r.created_at or now
+        t = time.perf_counter()
+        out = corpus.append(batch)
+        res.append_s += time.perf_counter() - t
+        res.records += int(out.rows)
+        res.duplicates += int(out.duplicates)
+        res.parts.extend(str(p) for p in (out.part_paths or []))
+        for r in batch:
+            if r.error is not None:
+                res.errors += 1
+            elif r.latency_s is not None and (res.best_latency_s is None or r.latency_s < res.best_latency_s):
+                res.best_latency_s = float(r.latency_s)
+        if on_batch is not None:
+            on_batch(res, batch)
+
+    try:
+        summary = tune(task, hardware, config, on_records=store, run_id=run_id, progress=progress)
+        res.sketches = summary.sketches
+    except KeyboardInterrupt:
+        res.status, res.finished_at = "interrupted", time.time()
+        corpus.set_task_status(*key, "interrupted", run_id=run_id, records=res.records + res.duplicates)
+        raise
+    except Exception as exc:  # noqa: BLE001 - one broken unit must not end the collection
+        logger.exception("collecting %s on %s failed", task.task_name, hardware.key)
+        res.status, res.error, res.finished_at = "failed", f"{type(exc).__name__}: {exc}"[:500], time.time()
+        corpus.set_task_status(*key, "failed", run_id=run_id, records=res.records + res.duplicates)
+        return res
+    res.status, res.finished_at = "done", time.time()
+    corpus.set_task_status(*key, "done", run_id=run_id, records=res.records + res.duplicates)
+    return res
 
 
 def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any = None,
             tasks: Sequence[Task] | None = None, max_tasks: int | None = None,
             zoo_kwargs: dict | None = None, show_progress: bool = True,
-            on_task_done: Callable[[TaskOutcome], None] | None = None,
-            tune: Callable[..., TuneSummary] = tune_task) -> CollectSummary:
-    """Tune the tasks of ``model`` (or the given ``tasks``) on ``hardware`` into ``corpus``.
+            on_task_done: Callable[[UnitOutcome], None] | None = None,
+            tune: Callable[..., TuneSummary] = tune_task) -> CollectionSummary:
+    """Collect the tasks of ``model`` (or the given ``tasks``) on ``hardware`` into ``corpus``,
+    in this process (no Ray), one :func:`collect_unit` after another.
 
     ``max_tasks`` keeps the heaviest N tasks. ``on_task_done`` is called after each unit.
-    ``tune`` is the tuning function (``tune_task``; replaceable to wrap or count it).
     KeyboardInterrupt stops the loop after marking the run "interrupted" and is re-raised.
+    Raises ``NotRunnableHere`` at once when this host cannot run code for ``hardware``.
     """
     if (model is None) == (tasks is None):
         raise ValueError("give exactly one of model= or tasks=")
     if max_tasks is not None and max_tasks < 1:
         raise ValueError(f"max_tasks must be >= 1, got {max_tasks}")
+    check_runs_here(hardware)
     t0 = time.perf_counter()
     if tasks is None:
         tasks = extract_tasks(model, hardware, **(zoo_kwargs or {}))
@@ -82,55 +198,26 @@ def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any =
     params = {"model": model if isinstance(model, str) else None, "tasks": len(tasks),
               "hardware": hardware.key, "tuner": config.strategy, **config.params()}
     run_id = corpus.start_run("collect", params)
-    result = CollectSummary(run_id, hardware.key, config.strategy, config.trials)
+    result = CollectionSummary(run_id, "failed", tuner=config.strategy, trials=config.trials,
+                               hardware_keys=[hardware.key])
     bar = _Progress(len(tasks), hardware.key, enabled=show_progress)
     try:
         with bar:
             for task in tasks:
-                outcome = _collect_one(corpus, hardware, config, task, run_id, bar, tune)
+                outcome = collect_unit(corpus, task, hardware, config, run_id=run_id, tune=tune,
+                                       on_batch=bar.records, progress=bar.trials)
                 result.outcomes.append(outcome)
                 bar.task_done(outcome)
                 if on_task_done is not None:
                     on_task_done(outcome)
+        result.status = run_status(result.outcomes)
     except KeyboardInterrupt:
         result.status = "interrupted"
         raise
-    except BaseException:
-        result.status = "failed"
-        raise
     finally:
-        result.elapsed_s = time.perf_counter() - t0
-        if result.status == "done" and any(o.status == "failed" for o in result.outcomes):
-            result.status = "failed"
+        result.wall_s = time.perf_counter() - t0
         corpus.finish_run(run_id, result.status)
     return result
-
-
-def _collect_one(corpus, hardware, config, task, run_id, bar, tune) -> TaskOutcome:
-    key = (task.workload_key, hardware.key, config.strategy, config.trials)
-    if corpus.task_status(*key) == "done":
-        return TaskOutcome(task, "skipped")
-    outcome = TaskOutcome(task, "tuned")
-    corpus.set_task_status(*key, "running", run_id=run_id)
-
-    def store(records: list[dict]) -> None:
-        res = corpus.append(records)
-        outcome.stored += res.rows
-        bar.records(res.rows, records)
-
-    try:
-        outcome.summary = tune(task, hardware, config, on_records=store, run_id=run_id,
-                               progress=bar.trials)
-    except KeyboardInterrupt:
-        corpus.set_task_status(*key, "interrupted", run_id=run_id, records=outcome.stored)
-        raise
-    except Exception as exc:  # noqa: BLE001 - one broken task must not end the collection
-        logger.exception("tuning %s failed", task.task_name)
-        corpus.set_task_status(*key, "failed", run_id=run_id, records=outcome.stored)
-        outcome.status, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
-        return outcome
-    corpus.set_task_status(*key, "done", run_id=run_id, records=outcome.stored)
-    return outcome
 
 
 class _Progress:
@@ -141,6 +228,7 @@ class _Progress:
         self.total = total
         self.hardware_key = hardware_key
         self.n_records = 0
+        self._done_records = 0  # records of finished units
         self.best: float | None = None
         self._new_task = False
         self._progress = None
@@ -167,44 +255,47 @@ class _Progress:
         best = f"{self.best * 1e6:.1f} us" if self.best is not None else "-"
         self._progress.update(self._id, info=f"records {self.n_records}  best(task) {best}  {extra}")
 
-    def records(self, stored: int, batch: list[dict]) -> None:
+    def records(self, outcome: UnitOutcome, batch: list) -> None:
         if self._new_task:
             self.best, self._new_task = None, False
-        self.n_records += stored
+        self.n_records = self._done_records + outcome.records
         for r in batch:
-            if r.get("latency_s") is not None and (self.best is None or r["latency_s"] < self.best):
-                self.best = r["latency_s"]
+            if r.latency_s is not None and (self.best is None or r.latency_s < self.best):
+                self.best = r.latency_s
         self._refresh()
 
     def trials(self, done: int, total: int, best: float | None) -> None:
         self._refresh(f"trials {done}/{total}")
 
-    def task_done(self, outcome: TaskOutcome) -> None:
+    def task_done(self, outcome: UnitOutcome) -> None:
+        self._done_records += outcome.records
+        self.n_records = self._done_records
         self._new_task = True  # keep showing the finished task's best until the next one measures
         if self._progress is not None:
             self._progress.advance(self._id)
         self._refresh()
 
 
-def summary_table(result: CollectSummary) -> Any:
-    """A rich Table of the run: one row per task, totals in the caption."""
+def summary_table(result: CollectionSummary) -> Any:
+    """A rich Table of the run: one row per unit, totals in the caption."""
     from rich.table import Table
 
-    table = Table(title=f"collection {result.run_id[:8]} on {result.hardware_key} "
+    keys = ",".join(result.hardware_keys)
+    table = Table(title=f"collection {result.run_id[:8]} on {keys} "
                         f"({result.tuner}, {result.trials} trials): {result.status}")
     for col in ("task", "weight", "MFLOP", "status", "records", "errors", "best (us)", "GFLOP/s", "time (s)"):
         table.add_column(col, justify="left" if col in ("task", "status") else "right")
     for o in result.outcomes:
-        s = o.summary
-        best = s.best_latency_s if s else None
-        gflops = (o.task.flops / best / 1e9) if best and o.task.flops else None
+        best = o.best_latency_s
+        gflops = (o.flops / best / 1e9) if best and o.flops else None
+        ran = o.status not in ("skipped", "unplaceable")
         table.add_row(
-            o.task.task_name, str(o.task.weight), f"{o.task.flops / 1e6:.2f}",
-            o.status if not o.error else f"failed: {o.error[:40]}",
-            str(o.stored), str(s.errors) if s else "-",
+            o.task_name, str(o.weight), f"{o.flops / 1e6:.2f}",
+            o.status if not o.error else f"{o.status}: {o.error[:40]}",
+            str(o.records), str(o.errors) if ran else "-",
             f"{best * 1e6:.1f}" if best else "-", f"{gflops:.1f}" if gflops else "-",
-            f"{s.elapsed_s:.1f}" if s else "-",
+            f"{o.elapsed_s:.1f}" if ran else "-",
         )
-    table.caption = (f"{result.tuned} tuned, {result.skipped} skipped (done before), "
-                     f"{result.records} records stored, {result.elapsed_s:.0f} s")
+    table.caption = (f"{result.count('done')} tuned, {result.count('skipped')} skipped (done before), "
+                     f"{result.count('failed')} failed, {result.records} records stored, {result.wall_s:.0f} s")
     return table

@@ -11,7 +11,8 @@ import time
 import pyarrow.compute as pc
 import pytest
 
-from cluster.collect_job import JobConfig, make_collector, run_collection
+from cluster.collect_job import JobConfig, run_collection
+from cluster.dispatcher import make_collector
 
 # The simulated cluster's hardware keys (tests/cluster/conftest.py).
 KEY_A, KEY_B, KEY_C, KEY_D = "cpu-sim_a-1c", "cpu-sim_b-1c", "cpu-sim_c-1c", "cpu-sim_d-1c"
@@ -21,9 +22,9 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def _task(n: int, m: int, k: int):
-    from collectors.task import Task
+    from collectors.tasks import Task
     from collectors.workloads import matmul
-    from storage import workload_key
+    from collectors.tir import workload_key
 
     mod = matmul(n, m, k)
     return Task(workload_key(mod), f"matmul_{n}x{m}x{k}", mod, flops=2.0 * n * m * k, op_kind="matmul", model="tiny")
@@ -89,10 +90,9 @@ def test_placement_follows_hardware_and_ends_promptly_for_missing_keys(ray_clust
             assert ts and all(start - 0.5 <= x <= end + 0.5 for x in ts)
 
     # The run is in the index, with its tasks (`tlm runs` reads the same).
-    from cluster.cmd_runs import run_rows
     from storage import Corpus
 
-    (row,) = [r for r in run_rows(Corpus.open(tmp_path)) if r["run_id"] == s.run_id]
+    (row,) = [r for r in Corpus.open(tmp_path).run_summaries() if r["run_id"] == s.run_id]
     assert (row["status"], row["tasks_done"], row["tasks_failed"]) == ("partial", 4, 2)
     assert row["records"] == sum(o.records + o.duplicates for o in s.outcomes)
 
@@ -128,7 +128,7 @@ def test_restarted_driver_resumes_from_the_index(ray_cluster, tmp_path):
     tasks = [_task(*s) for s in TASKS[:2]]
     first = run_collection(tasks[:1], corpus_root=str(tmp_path), tune_config=_tune_config(),
                            hardware=ray_cluster.hardware, hardware_keys=[KEY_A], config=_job())
-    assert first.status == "finished" and first.count("done") == 1
+    assert first.status == "done" and first.count("done") == 1
     rows = _scan(tmp_path).num_rows
     again = run_collection(tasks, corpus_root=str(tmp_path), tune_config=_tune_config(),
                            hardware=ray_cluster.hardware, hardware_keys=[KEY_A], config=_job())
@@ -171,7 +171,7 @@ def test_node_death_mid_job_retries_elsewhere_without_duplicates(ray_cluster, tm
     assert not th.is_alive()
     ray_cluster.cluster.remove_node(nodes[1])  # free its memory for the next tests
     s = result["s"]
-    assert s.status == "finished", [(o.task_name, o.status, o.error) for o in s.outcomes]
+    assert s.status == "done", [(o.task_name, o.status, o.error) for o in s.outcomes]
     assert all(o.status == "done" for o in s.outcomes)
     assert sum(o.attempts for o in s.outcomes) > len(tasks), "the killed task was retried"
     retried = [o for o in s.outcomes if o.attempts > 1]
@@ -193,9 +193,7 @@ def test_tlm_collect_options_drive_a_cluster_job(ray_cluster, tmp_path, index_ur
     import argparse
     import json
 
-    from cluster.cmd_collect import add_collect_arguments
-    from cluster.collect_job import add_cluster_arguments, collect_from_args
-    from cluster.cmd_runs import run_rows
+    from cluster.cmd_collect import add_cluster_arguments, add_collect_arguments, run_on_ray
     from storage import Corpus
 
     p = argparse.ArgumentParser()
@@ -206,15 +204,15 @@ def test_tlm_collect_options_drive_a_cluster_job(ray_cluster, tmp_path, index_ur
             "--address", ray_cluster.cluster.address, "--no-progress"]
     if index_url:
         argv += ["--index-url", index_url]
-    assert collect_from_args(p.parse_args(argv), hardware=ray_cluster.hardware) == 0
+    assert run_on_ray(p.parse_args(argv), hardware=ray_cluster.hardware) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert (summary["status"], summary["done"], summary["failed"]) == ("finished", 1, 0)
+    assert (summary["status"], summary["done"], summary["failed"]) == ("done", 1, 0)
     corpus = Corpus.open(tmp_path, index_url=index_url)
     table = corpus.scan()
     assert table.num_rows == summary["records"] >= 1
     assert set(table["hardware_key"].to_pylist()) == {KEY_B}
-    (run,) = run_rows(corpus)
-    assert run["status"] == "finished" and run["tasks_done"] == 1
+    (run,) = corpus.run_summaries()
+    assert run["status"] == "done" and run["tasks_done"] == 1
     assert corpus.workload(table["workload_key"][0].as_py())["task_name"]
 
 
@@ -246,11 +244,11 @@ def test_without_an_address_a_local_ray_is_started(tmp_path):
     code = f"""
 import json
 from collectors.hardware import detect_hardware
-from collectors.task import Task
+from collectors.tasks import Task
 from collectors.tuner import TuneConfig
 from collectors.workloads import matmul
 from cluster.collect_job import JobConfig, run_collection
-from storage import workload_key
+from collectors.tir import workload_key
 mod = matmul(16, 16, 16)
 task = Task(workload_key(mod), "matmul_16", mod, flops=8192.0, op_kind="matmul")
 cfg = TuneConfig(trials=2, trials_per_iter=2, strategy="replay-trace", number=1, repeat=1, min_repeat_ms=5)
@@ -264,7 +262,7 @@ print("RESULT", json.dumps({{**s.as_dict(), "key": detect_hardware("cpu").key}})
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     assert out.returncode == 0 and line, out.stderr[-3000:]
     r = json.loads(line[0][len("RESULT "):])
-    assert (r["status"], r["done"]) == ("finished", 1)
+    assert (r["status"], r["done"]) == ("done", 1)
     assert _scan(tmp_path)["hardware_key"].unique().to_pylist() == [r["key"]]
 
 
@@ -291,5 +289,5 @@ def test_a_node_that_joins_while_the_job_waits_for_its_hardware_is_used(ray_clus
     finally:
         ray_cluster.cluster.remove_node(node)
     s = result["s"]
-    assert s.status == "finished" and s.missing_keys == []
+    assert s.status == "done" and s.missing_keys == []
     assert s.outcomes[0].node_id == node.node_id

@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 
 from collectors.collect import collect, summary_table
-from collectors.task import Task
+from collectors.tasks import Task
 from collectors.tuner import TuneConfig, tune_task
 
 
 def _tasks():
-    from storage import workload_key
+    from collectors.tir import workload_key
 
     from collectors.workloads import matmul
 
@@ -44,7 +44,7 @@ def test_interrupt_then_resume_does_not_remeasure_finished_tasks(cpu_hw, tmp_pat
 
     result = collect(corpus, cpu_hw, config, tasks=tasks, show_progress=False, tune=counting_tune)
     assert calls == ["mm32", "mm48"]  # the finished task was not tuned again
-    assert [o.status for o in result.outcomes] == ["skipped", "tuned"]
+    assert [o.status for o in result.outcomes] == ["skipped", "done"]
     table = corpus.scan()
     assert table.num_rows == 4
     assert set(table["workload_key"].to_pylist()) == {t.workload_key for t in tasks}
@@ -52,7 +52,7 @@ def test_interrupt_then_resume_does_not_remeasure_finished_tasks(cpu_hw, tmp_pat
     assert summary_table(result).row_count == 2
 
     again = collect(corpus, cpu_hw, config, tasks=tasks, show_progress=False, tune=counting_tune)
-    assert again.tuned == 0 and again.skipped == 2 and len(calls) == 2
+    assert again.count("done") == 0 and again.count("skipped") == 2 and len(calls) == 2
     # A different budget is a different unit of work.
     assert corpus.task_status(tasks[0].workload_key, cpu_hw.key, "replay-trace", 4) is None
 

@@ -1,0 +1,82 @@
+"""The Ray session of a collection: join a cluster or start a local one, and see what it holds.
+
+Only ``cluster/`` calls ``ray.init`` (DESIGN.md section 2). A local Ray advertises this
+machine's hardware (``hw:<key>`` and ``measure:<key>`` resources, cluster/resources.py) so the
+collectors find a slot; on a cluster each node advertises its own.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+from cluster.resources import keys_in_resources, measure_resource
+
+log = logging.getLogger(__name__)
+
+
+def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
+    """Join the Ray cluster at ``address``, or start a local one advertising this machine.
+
+    Returns whether this call started Ray (then the caller shuts it down). Only ``cluster/``
+    calls ``ray.init`` (DESIGN.md section 2).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        return True
+    from cluster.resources import count_gpus, detect_node_hardware, node_resources
+
+    hws = detect_node_hardware()
+    gpus = count_gpus()
+    resources = node_resources(hws, {h.key: (gpus if h.kind == "cuda" else 1) for h in hws})
+    log.info("starting a local Ray with %s", resources)
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        object_store_memory=int(object_store_mb) * 1024 * 1024,
+        resources=resources,
+        num_gpus=gpus or None,
+    )
+    return True
+
+
+def wait_for_keys(keys: Sequence[str], timeout_s: float) -> dict:
+    """Ask the autoscaler for one measurement slot of each absent key; wait for them to join.
+
+    A cluster launched from ``ray_config.yaml`` starts worker types with ``min_workers: 0``:
+    a node of a key exists only once something asks for its ``measure:`` resource. Returns the
+    keys present when they all arrived or ``timeout_s`` passed.
+    """
+    import ray
+    from ray.autoscaler.sdk import request_resources
+
+    log.info("asking the autoscaler for %s; waiting up to %.0f s", ", ".join(keys), timeout_s)
+    request_resources(bundles=[{measure_resource(k): 1} for k in keys])
+    deadline = time.time() + timeout_s
+    try:
+        while True:
+            present = keys_in_resources(ray.cluster_resources())
+            if all(k in present for k in keys) or time.time() >= deadline:
+                return present
+            time.sleep(1.0)
+    finally:
+        request_resources(bundles=[])  # the collectors' own requests keep the nodes from now on
+
+
+def warn_if_not_shared(corpus_root: str, index_url: str | None) -> None:
+    """Say so when a multi-machine cluster writes to what is probably a machine-local corpus."""
+    import ray
+
+    hosts = {n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}
+    if len(hosts) > 1 and (index_url is None or str(index_url).startswith("sqlite")):
+        log.warning(
+            "the cluster spans %d machines but the index is SQLite (%s): every node must see %s "
+            "as the same shared directory; prefer a PostgreSQL --index-url",
+            len(hosts), index_url or "default", corpus_root,
+        )
+
+
