@@ -69,9 +69,10 @@ def run(per_kind: int, walks: int, seed: int) -> dict:
     from tvm.s_tir.schedule import Schedule, Trace
 
     import tlm.language as L
-    from tlm.constrained import apply_sentence, postprocs
+    from collectors.sketches import postprocs
+    from tlm.constrained import apply_sentence
     from tlm.language import decode, encode, legal_next_tokens, prompt_tokens
-    from tlm.replay import _LOCATION_CACHE
+    from tlm.replay import clear_location_cache
     from tlm.space import build_space
 
     rng = random.Random(seed)
@@ -101,7 +102,7 @@ def run(per_kind: int, walks: int, seed: int) -> dict:
         enc_s.append(time.perf_counter() - t)
         sentences.append((task, s))
         lengths[task.op_kind].append((len(s.tokens), len(s.decisions)))
-    _LOCATION_CACHE.clear()
+    clear_location_cache()
     for task, s in sentences:
         t = time.perf_counter()
         decode(s, task, hw)
@@ -148,7 +149,7 @@ def run(per_kind: int, walks: int, seed: int) -> dict:
                 "per_step_by_choice": {k: _summary_ms(v) for k, v in sorted(per_kind_steps.items())},
                 "per_sentence": _summary_ms(per_sentence)}
 
-    _LOCATION_CACHE.clear()
+    clear_location_cache()
     cold = walk_all("cold caches (first walks)")
     warm = walk_all("warm compute-location cache")
 
@@ -187,7 +188,8 @@ def cuda_validity(models: list[str], walks: int, seed: int) -> dict:
 
     import tlm.language as L
     from tlm.constrained import InvalidProgram, apply_sentence
-    from tlm.space import build_space, refusing_postproc
+    from collectors.sketches import refusing_postproc
+    from tlm.space import build_space
 
     hw = cuda_hardware_of("NVIDIA H200", "9.0", 132)
     rng = random.Random(seed)
@@ -241,8 +243,8 @@ def fp16_matmuls(shapes: tuple = ((256, 256, 256), (128, 512, 64), (1024, 1024, 
     import tvm
     from tvm import te
 
-    from collectors.task import Task
-    from storage import workload_key
+    from collectors.tasks import Task
+    from collectors.tir import workload_key
 
     out = []
     for m, n, k in shapes:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from collectors.hardware import Hardware
-from collectors.task import Task
+from collectors.sketches import refusing_postproc
+from collectors.tasks import Task
 from tlm.language import EOS, PAD, LanguageError, legal_next_tokens, read_decisions, requested_decisions
-from tlm.space import postprocs, refusing_postproc  # noqa: F401 - postprocs is part of this API
 
 logger = logging.getLogger(__name__)
 

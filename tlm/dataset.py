@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
 from collectors.hardware import Hardware
-from collectors.task import Task
+from collectors.tasks import Task
 
 logger = logging.getLogger(__name__)
 
@@ -59,39 +59,24 @@ class BuildSummary:
 
 
 def load_tasks(corpus: Any) -> dict[str, tuple[Task, list[str]]]:
-    """workload_key -> (Task rebuilt from the index, models it occurs in)."""
+    """workload_key -> (Task rebuilt from the index, models it occurs in); a workload whose
+    module cannot be loaded is skipped with a warning."""
+    from collectors.tasks import task_from_index
+
     out = {}
     for w in corpus.workloads():
-        mod = _module_of(w)
-        if mod is None:
-            logger.warning("workload %s has neither mod_json nor parseable TVMScript: skipped", w["workload_key"])
+        try:
+            task = task_from_index(w)
+        except ValueError as exc:
+            logger.warning("%s: skipped", exc)
             continue
-        task = Task(workload_key=w["workload_key"], task_name=w.get("task_name") or "main", mod=mod,
-                    op_kind=w.get("op_kind") or "", flops=float(w.get("flops") or 0.0))
         out[w["workload_key"]] = (task, sorted(w.get("models") or {}))
     return out
 
 
-def _module_of(w: dict) -> Any:
-    import tvm
-
-    if w.get("mod_json"):
-        return tvm.ir.load_json(w["mod_json"])
-    if w.get("tvmscript"):
-        try:
-            mod = tvm.script.from_source(w["tvmscript"])
-        except Exception as exc:  # noqa: BLE001 - reported, the workload is skipped
-            logger.warning("TVMScript of %s does not parse: %s", w["workload_key"], str(exc)[:200])
-            return None
-        if not isinstance(mod, tvm.IRModule):
-            mod = tvm.IRModule({"main": mod})
-        return mod
-    return None
-
-
 def load_hardware(corpus: Any, keys: Iterable[str]) -> dict[str, Hardware]:
     """hardware_key -> Hardware rebuilt from the index's target and description."""
-    from tlm.hardware import hardware_from_index
+    from collectors.hardware import hardware_from_index
 
     out = {}
     for key in keys:
@@ -132,7 +117,8 @@ def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: i
     from tvm.s_tir.schedule import Schedule, Trace
 
     from tlm.language import encode, live_sketches
-    from tlm.space import build_space, refusing_postproc
+    from collectors.sketches import refusing_postproc
+    from tlm.space import build_space
 
     rows, seen = [], set()
     space = build_space(task, hw)

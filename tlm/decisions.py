@@ -245,7 +245,7 @@ def _dead_reason(space: Space, sketch: Sketch) -> str:
 
     from tvm.s_tir.schedule import Schedule
 
-    from tlm.space import refusing_postproc
+    from collectors.sketches import refusing_postproc
 
     reason = ""
     rng = random.Random(sketch.sketch_id)

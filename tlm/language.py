@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from collectors.hardware import Hardware
-from collectors.task import Task
+from collectors.tasks import Task
 from tlm.decisions import (  # noqa: F401 - re-exported: the language's public API
     LIVENESS_WALKS, DecisionState, build_trace, live_sketches, requested_decisions, tile_factor_values)
 from tlm.errors import LanguageError
@@ -105,9 +105,7 @@ class Sentence:
 def hardware_tokens(hw: Hardware) -> list[str]:
     """The hardware part of a prompt (CPU ISA and vector width derived from the target's
     ``mcpu`` via LLVM, so a stored target gives the same words as a live machine)."""
-    from collectors.hardware import vector_bits_of
-
-    from tlm.hardware import isa_of
+    from collectors.hardware import isa_of, vector_bits_of
 
     if hw.kind == "cpu":
         isa = isa_of(hw)
@@ -212,7 +210,7 @@ def encode(task: Task, hardware: Hardware, trace: Any) -> Sentence:
     Raises :class:`LanguageError` when the trace is not in the task's design space (another
     workload's trace, an unknown instruction), naming the first instruction that differs.
     """
-    from collectors.design_space import skeleton
+    from collectors.sketches import skeleton
 
     space = build_space(task, hardware)
     as_json = _trace_json(trace)
@@ -269,7 +267,7 @@ def _trace_json(trace: Any) -> list:
         return json.loads(trace)
     if isinstance(trace, (list, tuple)):
         return list(trace)
-    from collectors.design_space import trace_json
+    from collectors.tir import trace_json
 
     return trace_json(trace)
 

@@ -63,6 +63,17 @@ _LOCATION_CACHE: dict[tuple, tuple[int, ...]] = {}
 _LOCATION_CACHE_SIZE = 200_000
 
 
+def cached_locations(key: tuple) -> tuple[int, ...] | None:
+    """The compute-location candidates cached under ``key``, or None (tests compare them with
+    fresh probes)."""
+    return _LOCATION_CACHE.get(key)
+
+
+def clear_location_cache() -> None:
+    """Forget every cached compute-location candidate set (benchmarks measure a cold cache)."""
+    _LOCATION_CACHE.clear()
+
+
 @dataclass
 class Domain:
     """The live domain of one choice: what a decision may be right now."""

@@ -1,7 +1,7 @@
 """The space builder: every sketch of a (task, hardware) and the choices each one leaves open.
 
 MetaSchedule's design space (post-order-apply with the target's default schedule rules, as
-``collectors.design_space`` builds it, nothing pruned) is a list of *sketches*: traces whose
+``collectors.sketches`` builds it, nothing pruned) is a list of *sketches*: traces whose
 instructions are fixed and whose sampling instructions carry one random decision each. Tuning
 only changes those decisions, plus the value of the ``meta_schedule.parallel`` annotation
 (MutateParallel rewrites it). A :class:`Choice` is one such open decision:
@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collectors.hardware import Hardware
-from collectors.task import Task
+from collectors.sketches import design_space, skeleton
+from collectors.tasks import Task
+from collectors.tir import as_target, plain_json
 from tlm.errors import LanguageError
 
 logger = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ class Sketch:
     kinds: tuple[str, ...]  # instruction kinds in trace order (before EnterPostproc)
     choices: tuple[Choice, ...]  # open decisions in trace order
     ann_keys: dict[int, str] = field(default_factory=dict)  # Annotate position -> key
-    skeleton: tuple[str, ...] = ()  # collectors.design_space.skeleton of the full trace
+    skeleton: tuple[str, ...] = ()  # collectors.sketches.skeleton of the full trace
     simple_skeleton: tuple[str, ...] = ()  # ... of the dead-code-free trace
     simple_choice_index: tuple[int, ...] = ()  # choice positions in the simplified trace
     dead: str | None = None  # why no decision gives a valid program; "" alive, None unchecked
@@ -180,11 +182,7 @@ def _walk_block_names(mod: Any) -> tuple[str, ...]:
 
 
 def _build(task: Task, hardware: Hardware) -> Space:
-    from collectors.design_space import as_target, design_space, skeleton
-
     target = as_target(hardware)
-    if hardware.kind == "cuda":
-        _ensure_cuda_intrinsics()
     schedules = design_space(task.mod, target)
     gpu_limits = None
     if hardware.kind == "cuda":
@@ -197,46 +195,8 @@ def _build(task: Task, hardware: Hardware) -> Space:
     return Space(task=task, hardware=hardware, target=target, sketches=sketches)
 
 
-_POSTPROCS: dict[tuple, tuple] = {}
-
-
-def postprocs(task: Task, hardware: Hardware) -> tuple:
-    """The target's MetaSchedule postprocessors, initialised with a tune context (cached)."""
-    key = (task.workload_key, hardware.key)
-    if key not in _POSTPROCS:
-        from collectors.design_space import tune_context
-        from tvm.s_tir import meta_schedule as ms
-
-        ctx = tune_context(task.mod, hardware)
-        procs = ms.Postproc.create("cuda" if hardware.kind == "cuda" else "llvm")
-        for p in procs:
-            p._initialize_with_tune_context(ctx)  # noqa: SLF001 - MetaSchedule's own API
-        _POSTPROCS[key] = (ctx, tuple(procs))
-    return _POSTPROCS[key][1]
-
-
-def refusing_postproc(sch: Any, task: Task, hardware: Hardware) -> str | None:
-    """Run every postprocessor of the target on ``sch`` (a replayed schedule, postprocessing
-    entered here); the name of the first one that refuses, or None when all accept."""
-    sch.enter_postproc()
-    return next((type(p).__name__ for p in postprocs(task, hardware) if not p.apply(sch)), None)
-
-
-def _ensure_cuda_intrinsics() -> None:
-    """CUDA sketch rules need the CUDA tensor intrinsics; the x86-only stand-in of
-    ``collectors.fast_import`` (installed by CPU code in the same process) lacks them."""
-    import importlib
-
-    from collectors.fast_import import is_installed
-
-    if is_installed():
-        importlib.import_module("tvm.s_tir.tensor_intrin.cuda")
-
-
 def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
               gpu_limits: tuple[int, int, int] | None = None) -> Sketch:
-    from collectors.design_space import plain_json
-
     kinds: list[str] = []
     choices: list[Choice] = []
     ann_keys: dict[int, str] = {}
@@ -291,8 +251,6 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
 
 def _choice_positions(trace: Any) -> list[int]:
     """Positions of the instructions that hold choices (sampling + parallel annotations)."""
-    from collectors.design_space import plain_json
-
     out = []
     for i, inst in enumerate(trace.insts):
         kind = inst.kind.name
@@ -349,14 +307,3 @@ def _replace(c: Choice, **kw) -> Choice:
     from dataclasses import replace
 
     return replace(c, **kw)
-
-
-def trace_insts_json(trace: Any) -> list:
-    """Plain-JSON instructions of a Trace, trace JSON string or ``[insts, decisions]`` list."""
-    from collectors.design_space import plain_json
-
-    if isinstance(trace, str):
-        trace = json.loads(trace)
-    if isinstance(trace, (list, tuple)):
-        return list(trace[0])
-    return plain_json(trace.as_json())[0]

@@ -1,85 +1,45 @@
 """Fixtures of the tensor-language tests: small TE workloads as Tasks, CPU and CUDA hardware.
 
-The workloads cover what CPU sketches sample: multi-level tiling (matmul, conv2d: perfect
-tiles, unroll categorical, parallel annotation) and fused reductions (softmax: compute
-locations). Hardware is fixed (not detected) so prompts are the same on every machine.
+The workloads (tests/tlm/helpers.py) cover what CPU sketches sample: multi-level tiling
+(matmul, conv2d: perfect tiles, unroll categorical, parallel annotation) and fused reductions
+(softmax: compute locations).
+
+Two kinds of CPU hardware, never mixed up:
+- ``cpu_hw`` is this host (detected), as everywhere in the suite: programs built for it are run
+  and checked for the right answer;
+- ``znver4_hw`` is a fixed AMD Zen 4 target: tests that mean fixed prompt words or records
+  measured on Zen 4 use it, say so in their name, and only encode, decode and lower for it
+  (running it could be an illegal instruction on another CPU).
 """
 from __future__ import annotations
 
-import math
-
 import pytest
 
-import collectors.fast_import as fast_import
-
-fast_import.install()  # CPU sketches only need the x86 intrinsics (FACTS: ~16 s saved)
+from tests.tlm.helpers import conv_mod, make_task, matmul_relu_mod, softmax_mod
 
 
-def make_task(mod, name: str, op_kind: str):
-    from collectors.task import Task
-    from storage import workload_key
+@pytest.fixture(scope="session", autouse=True)
+def _light_tensor_intrinsics():
+    """CPU sketches only need the x86 intrinsics (FACTS: ~16 s saved); CUDA spaces load theirs."""
+    import collectors.fast_import as fast_import
 
-    return Task(workload_key=workload_key(mod), task_name=name, mod=mod, op_kind=op_kind)
-
-
-def matmul_relu_mod(m: int = 64, n: int = 96, k: int = 128):
-    import tvm
-    from tvm import te
-
-    a = te.placeholder((m, k), name="A")
-    b = te.placeholder((k, n), name="B")
-    r = te.reduce_axis((0, k), name="k")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
-    d = te.compute((m, n), lambda i, j: te.max(c[i, j], tvm.tirx.const(0, "float32")), name="D")
-    return tvm.IRModule({"main": te.create_prim_func([a, b, d])})
-
-
-def softmax_mod(m: int = 8, n: int = 100):
-    import tvm
-    from tvm import te
-
-    a = te.placeholder((m, n), name="A")
-    k = te.reduce_axis((0, n), name="k")
-    mx = te.compute((m,), lambda i: te.max(a[i, k], axis=k), name="row_max")
-    e = te.compute((m, n), lambda i, j: te.exp(a[i, j] - mx[i]), name="exp")
-    k2 = te.reduce_axis((0, n), name="k2")
-    s = te.compute((m,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
-    o = te.compute((m, n), lambda i, j: e[i, j] / s[i], name="softmax")
-    return tvm.IRModule({"main": te.create_prim_func([a, o])})
-
-
-def reshape_split_mod():
-    """A reshape read by three splits: on CUDA, AutoInline reverse-inlines the reshape into one
-    split and leaves the others reading a buffer nobody allocates (a sketch with no valid program)."""
-    import tvm
-    from tvm import te
-
-    a = te.placeholder((8, 96), name="A")
-    r = te.compute((1, 8, 96), lambda z, i, j: a[i, j], name="T_reshape")
-
-    def part(k: int):
-        return te.compute((1, 8, 32), lambda z, i, j: r[z, i, j + 32 * k], name=f"T_split{k}")
-
-    return tvm.IRModule({"main": te.create_prim_func([a, part(0), part(1), part(2)])})
-
-
-def conv_mod(c: int = 8, hw: int = 14, f: int = 16):
-    import tvm
-    from tvm import te, topi
-
-    x = te.placeholder((1, c, hw, hw), name="X")
-    w = te.placeholder((f, c, 3, 3), name="W")
-    y = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
-    return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
+    fast_import.install()
 
 
 @pytest.fixture(scope="session")
 def cpu_hw():
-    from collectors.hardware import Hardware
+    """This host's CPU: what tests run and measure on."""
+    from collectors.hardware import detect_hardware
 
-    return Hardware(key="cpu-znver4-2c", kind="cpu", arch="znver4", cores=2, vector_bits=512,
-                    target={"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
-                    description="test CPU", isa=("avx2", "avx512f", "fma"))
+    return detect_hardware("cpu")
+
+
+@pytest.fixture(scope="session")
+def znver4_hw():
+    """A fixed 2-core AMD Zen 4 (AVX-512) target: for encoding, decoding and lowering only."""
+    from collectors.hardware import hardware_from_index
+
+    return hardware_from_index("cpu-znver4-2c", {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, "test CPU")
 
 
 @pytest.fixture(scope="session")
@@ -104,42 +64,3 @@ def tasks():
         "matmul_big": make_task(matmul_relu_mod(256, 256, 512), "fused_matmul_relu_big", "matmul"),
         "conv2d_big": make_task(conv_mod(64, 28, 64), "fused_conv2d_relu_big", "conv2d"),
     }
-
-
-def lowered_shared_bytes(mod, target) -> int:
-    """Bytes of shared memory the lowered program allocates: the passes ``VerifyGPUCode``
-    runs (TVM 0.27, src/s_tir/meta_schedule/postproc/verify_gpu_code.cc), then every
-    shared allocation summed. Raises when lowering fails."""
-    import tvm
-    from tvm import s_tir, tirx
-
-    from tlm.shared_memory import statements
-
-    S, T = s_tir.transform, tirx.transform
-    passes = [S.LowerCrossThreadReduction(), S.LowerInitBlock(), S.PlanAndUpdateBufferAllocationLocation(),
-              S.ConvertBlocksToOpaque(), S.LiftThreadBinding(), S.ManifestSharedMemoryLocalStage(),
-              S.CompactBufferAllocation(), T.StmtSimplify(), S.LowerAutoCopy(), S.UnifyThreadBinding(),
-              S.LowerMatchBuffer(), S.InjectSoftwarePipeline(), S.LowerOpaqueBlock(), T.FlattenBuffer(),
-              T.BF16ComputeLegalize(), T.NarrowDataType(32), T.StmtSimplify(), T.VectorizeLoop(True),
-              S.InjectVirtualThread(), S.InjectDoubleBuffer(), T.StorageRewrite(),
-              S.MergeSharedMemoryAllocations(), T.LowerIntrin()]
-    f = mod["main"].with_attr("global_symbol", "main").with_attr("target", target)
-    lowered = tvm.transform.Sequential(passes)(tvm.IRModule({"main": f.with_attr("tirx.noalias", True)}))
-    return sum(math.prod(int(e) for e in s.buffer.shape) * tvm.DataType(s.buffer.dtype).bits // 8
-               for s in statements(lowered["main"].body)
-               if type(s).__name__.startswith("Alloc") and s.buffer.scope().startswith("shared"))
-
-
-def sample_traces(task, hw, per_sketch: int = 2, seed: int = 0):
-    """Traces of every sketch with random decisions (TVM samples them: valid by construction)."""
-    from tvm.s_tir.schedule import Schedule, Trace
-
-    from tlm.space import build_space
-
-    out = []
-    for sk in build_space(task, hw).sketches:
-        for j in range(per_sketch):
-            sch = Schedule(task.mod, seed=seed * 1000 + sk.sketch_id * 10 + j + 1)
-            Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
-            out.append(sch.trace)
-    return out

@@ -114,7 +114,7 @@ def test_cached_compute_locations_equal_fresh_probes(tasks, cpu_hw, name):
     import random
 
     from tlm.language import DecisionState
-    from tlm.replay import _LOCATION_CACHE, compute_locations
+    from tlm.replay import cached_locations, compute_locations
 
     task = tasks[name]
     space = build_space(task, cpu_hw)
@@ -128,8 +128,8 @@ def test_cached_compute_locations_equal_fresh_probes(tasks, cpu_hw, name):
             cur = st.replay.current()
             legal = sorted(st.legal())
             if cur is not None and cur[0].kind == "at" and st._in_group and like is not None:
-                if cur[1].key in _LOCATION_CACHE:  # probed by walk A (same key)
-                    cached = _LOCATION_CACHE[cur[1].key]
+                cached = cached_locations(cur[1].key)
+                if cached is not None:  # probed by walk A (same key)
                     assert cached == tuple(compute_locations(cur[1].sch, cur[1].block_rv))
                     compared += 1
             if like is not None and len(words) < len(like) and cur is not None and cur[0].kind == "tile" \

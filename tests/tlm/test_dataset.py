@@ -1,4 +1,8 @@
-"""Training sets from a corpus: pretraining samples, fastest measured records, held-out models."""
+"""Training sets from a corpus: pretraining samples, fastest measured records, held-out models.
+
+The corpus is records measured on a 2-core Zen 4 (tests/tlm/data), so these tests mean that
+fixed CPU (``znver4_hw``): they encode and lower for it, and run nothing.
+"""
 from __future__ import annotations
 
 import json
@@ -14,12 +18,12 @@ DATA = Path(__file__).parent / "data" / "measured_records.json"
 
 
 @pytest.fixture(scope="module")
-def corpus(tasks, cpu_hw, tmp_path_factory):
+def corpus(tasks, znver4_hw, tmp_path_factory):
     from storage import Corpus
 
     root = tmp_path_factory.mktemp("corpus")
     c = Corpus.open(root)
-    c.register_hardware(cpu_hw.key, target=cpu_hw.target, description="test CPU")
+    c.register_hardware(znver4_hw.key, target=znver4_hw.target, description="test CPU")
     for name, model in (("matmul", "model_a"), ("softmax", "model_b")):
         t = tasks[name]
         c.register_workload(t.workload_key, task_name=t.task_name, tvmscript=t.tvmscript, op_kind=t.op_kind)
@@ -40,7 +44,7 @@ def built(corpus, tmp_path_factory):
     return out, summary
 
 
-def test_pretraining_sentences_cover_every_task_and_sketch(built, tasks, cpu_hw):
+def test_znver4_pretraining_sentences_cover_every_task_and_sketch(built, tasks, znver4_hw):
     from tlm.space import build_space
 
     out, summary = built
@@ -49,12 +53,12 @@ def test_pretraining_sentences_cover_every_task_and_sketch(built, tasks, cpu_hw)
     for name in ("matmul", "softmax"):
         t = tasks[name]
         rows = [r for r in tab if r["workload_key"] == t.workload_key]
-        assert {r["sketch_id"] for r in rows} == set(range(len(build_space(t, cpu_hw).sketches)))
+        assert {r["sketch_id"] for r in rows} == set(range(len(build_space(t, znver4_hw).sketches)))
         assert all(r["source"] == "sampled" and r["latency_s"] is None for r in rows)
-        decode(rows[0]["text"], t, cpu_hw)  # every sentence is a program of its task
+        decode(rows[0]["text"], t, znver4_hw)  # every sentence is a program of its task
 
 
-def test_held_out_model_workloads_are_the_test_split(built, tasks):
+def test_znver4_held_out_model_workloads_are_the_test_split(built, tasks):
     out, _ = built
     for f in ("pretrain.parquet", "finetune.parquet"):
         for r in pq.read_table(out / f).to_pylist():
@@ -62,7 +66,7 @@ def test_held_out_model_workloads_are_the_test_split(built, tasks):
             assert r["split"] == expect
 
 
-def test_finetuning_keeps_the_fastest_records_per_sketch(built, tasks):
+def test_znver4_finetuning_keeps_the_fastest_records_per_sketch(built, tasks):
     out, _ = built
     rows = pq.read_table(out / "finetune.parquet").to_pylist()
     recs = json.loads(DATA.read_text())
@@ -82,7 +86,7 @@ def test_finetuning_keeps_the_fastest_records_per_sketch(built, tasks):
             assert sorted(lat) == pytest.approx(others[: len(lat)])
 
 
-def test_stats_and_never_overwrite(built, corpus):
+def test_znver4_stats_and_never_overwrite(built, corpus):
     out, _ = built
     stats = dataset_stats(str(out))
     ft = stats["finetune.parquet"]
@@ -93,7 +97,7 @@ def test_stats_and_never_overwrite(built, corpus):
         build_datasets(corpus, str(out), DatasetConfig(pretrain_per_sketch=1), progress=False)
 
 
-def test_cli_build_and_stats(corpus, tmp_path, capsys):
+def test_znver4_cli_build_and_stats(corpus, tmp_path, capsys):
     from cluster.cli import main
 
     out = tmp_path / "cli"
@@ -108,7 +112,7 @@ def test_cli_build_and_stats(corpus, tmp_path, capsys):
     assert main(["dataset", "stats", str(tmp_path / "missing")]) == 1
 
 
-def test_sets_load_with_ray_data(built):
+def test_znver4_sets_load_with_ray_data(built):
     """The trainer reads the sets with Ray Data: same rows, text column intact, splits filterable."""
     import ray
     from ray.data.expressions import col

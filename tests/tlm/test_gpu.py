@@ -39,7 +39,7 @@ def test_legal_walks_are_valid_gpu_programs(tasks, cuda_hw, name):
     """Every constrained CUDA walk keeps its thread/pipeline groups in range, allocates the
     shared memory the model predicts (compared with the lowered program) within the target's
     limit, and passes every postprocessor, VerifyGPUCode included, without repair."""
-    from tests.tlm.conftest import lowered_shared_bytes
+    from tests.tlm.helpers import lowered_shared_bytes
 
     task = tasks[name]
     space = build_space(task, cuda_hw)
@@ -76,8 +76,8 @@ def test_big_tasks_have_shared_memory_and_pipelines(tasks, cuda_hw):
 def test_a_sketch_without_valid_programs_is_never_offered(cuda_hw):
     """A sketch that fails whatever its decisions is dead: not offered in the prompt, and a
     prompt that names it gets one clear error instead of a walk to an invalid program."""
-    from tests.tlm.conftest import make_task, reshape_split_mod
-    from tlm.space import refusing_postproc
+    from tests.tlm.helpers import make_task, reshape_split_mod
+    from collectors.sketches import refusing_postproc
 
     task = make_task(reshape_split_mod(), "fused_reshape_split", "layout")
     space = build_space(task, cuda_hw)
@@ -94,7 +94,7 @@ def _fp16_matmul_task(n: int = 256):
     import tvm
     from tvm import te
 
-    from tests.tlm.conftest import make_task
+    from tests.tlm.helpers import make_task
 
     a = te.placeholder((n, n), name="A", dtype="float16")
     b = te.placeholder((n, n), name="B", dtype="float16")
@@ -108,7 +108,7 @@ def test_tensor_core_walks_are_valid_gpu_programs(cuda_hw):
     tiled threadIdx.y is bounded by the limits / 32), the copies go through shared.dyn (whose
     merged allocation the model emulates) and a transposed copy may vectorise at most 4
     lanes. Every constrained walk passes every postprocessor; the model is the lowered size."""
-    from tests.tlm.conftest import lowered_shared_bytes
+    from tests.tlm.helpers import lowered_shared_bytes
 
     task = _fp16_matmul_task()
     space = build_space(task, cuda_hw)
@@ -133,8 +133,8 @@ def test_every_valid_tensor_core_sample_is_a_sentence(cuda_hw):
     its postprocessors accept decodes through the legal words (exact round trip)."""
     from tvm.s_tir.schedule import Trace
 
-    from tests.tlm.test_language import assert_round_trip
-    from tlm.space import refusing_postproc
+    from tests.tlm.helpers import assert_round_trip
+    from collectors.sketches import refusing_postproc
 
     task = _fp16_matmul_task(256)
     kept = 0

@@ -5,42 +5,9 @@ import json
 
 import pytest
 
-from tests.tlm.conftest import sample_traces
+from tests.tlm.helpers import assert_round_trip, sample_traces, sampling_decisions
 from tlm.language import LanguageError, decode, encode
 from tlm.space import build_space
-
-
-def sampling_decisions(trace):
-    """Decisions of the sampling instructions in trace order (before postprocessing)."""
-    out = []
-    for inst in trace.insts:
-        if inst.kind.name == "EnterPostproc":
-            break
-        if inst.kind.name.startswith("Sample"):
-            d = trace.decisions[inst]
-            out.append([int(x) for x in d] if hasattr(d, "__len__") else int(d))
-    return out
-
-
-def applied(mod, trace):
-    from tvm.s_tir.schedule import Schedule
-
-    sch = Schedule(mod)
-    trace.apply_to_schedule(sch, remove_postproc=True)
-    return sch
-
-
-def assert_round_trip(task, hw, trace):
-    import tvm_ffi
-
-    sentence = encode(task, hw, trace)
-    back = decode(sentence, task, hw)
-    assert sampling_decisions(back) == sampling_decisions(trace)
-    a, b = applied(task.mod, trace), applied(task.mod, back)
-    assert tvm_ffi.structural_equal(a.mod, b.mod)
-    assert sampling_decisions(b.trace) == sampling_decisions(back)  # nothing repaired on replay
-    assert encode(task, hw, back) == sentence
-    return sentence
 
 
 @pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d"])
@@ -53,7 +20,7 @@ def test_round_trip_of_sampled_traces(tasks, cpu_hw, name):
 
 
 def test_round_trip_from_trace_json_and_simplified_trace(tasks, cpu_hw):
-    from collectors.design_space import trace_json
+    from collectors.tir import trace_json
 
     task = tasks["softmax"]
     tr = sample_traces(task, cpu_hw, per_sketch=1)[3]
@@ -64,7 +31,7 @@ def test_round_trip_from_trace_json_and_simplified_trace(tasks, cpu_hw):
 
 def test_mutated_parallel_value_is_a_decision(tasks, cpu_hw):
     """MutateParallel rewrites the annotation value: the sentence must carry it."""
-    from collectors.design_space import trace_json
+    from collectors.tir import trace_json
 
     task = tasks["matmul"]
     tr = trace_json(sample_traces(task, cpu_hw, per_sketch=1)[0])
@@ -80,9 +47,9 @@ def test_mutated_parallel_value_is_a_decision(tasks, cpu_hw):
     assert anns == [6]
 
 
-def test_prompt_is_readable_and_sentence_has_one_group_per_choice(tasks, cpu_hw):
+def test_znver4_prompt_is_readable_and_sentence_has_one_group_per_choice(tasks, znver4_hw):
     task = tasks["matmul"]
-    s = encode(task, cpu_hw, sample_traces(task, cpu_hw, per_sketch=1)[0])
+    s = encode(task, znver4_hw, sample_traces(task, znver4_hw, per_sketch=1)[0])
     text = s.text
     assert text.startswith("[BOS] hw cpu arch znver4 cores 2 vector 512 isa ")
     isa = s.tokens[s.tokens.index("isa") + 1: s.tokens.index("task")]
@@ -103,7 +70,7 @@ def test_trace_from_another_workload_is_rejected_with_position(tasks, cpu_hw):
 
 
 def test_unknown_instruction_kind_is_rejected(tasks, cpu_hw):
-    from collectors.design_space import trace_json
+    from collectors.tir import trace_json
 
     tr = trace_json(sample_traces(tasks["matmul"], cpu_hw, per_sketch=1)[0])
     tr[0][4][0] = "FrobnicateLoops"
@@ -154,7 +121,7 @@ def test_wrong_prompt_and_truncation_and_trailing_words(tasks, cpu_hw):
 
 
 def test_space_lists_every_sketch_and_its_choices(tasks, cpu_hw):
-    from collectors.design_space import design_space
+    from collectors.sketches import design_space
 
     task = tasks["conv2d"]
     space = build_space(task, cpu_hw)
@@ -171,7 +138,7 @@ def test_space_lists_every_sketch_and_its_choices(tasks, cpu_hw):
     assert any(c.kind == "at" for sk in soft.sketches for c in sk.choices)
 
 
-def test_the_docstring_example_is_what_encode_writes(tasks, cpu_hw):
+def test_the_znver4_docstring_example_is_what_encode_writes(tasks, znver4_hw):
     import tlm.language as L
     from tlm.space import build_space
 
@@ -179,10 +146,10 @@ def test_the_docstring_example_is_what_encode_writes(tasks, cpu_hw):
     example = doc[doc.index("(line breaks added)::") + len("(line breaks added)::"): doc.index("It reads:")]
     words = example.split()
     task = tasks["matmul"]
-    space = build_space(task, cpu_hw)
+    space = build_space(task, znver4_hw)
     prompt = L.prompt_tokens(space, space.sketches[0])
     assert words[: len(prompt)] == prompt
-    back = decode(words, task, cpu_hw)
+    back = decode(words, task, znver4_hw)
     assert sampling_decisions(back) == [[2, 4, 1, 8], [1, 6, 4, 4], [16, 8], 3]
 
 

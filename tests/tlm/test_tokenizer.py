@@ -1,7 +1,7 @@
 """Tokenizer: the language's vocabulary, save/load, unknown-word fallback."""
 from __future__ import annotations
 
-from tests.tlm.conftest import sample_traces
+from tests.tlm.helpers import sample_traces
 from tlm.language import encode
 from tlm.numbers import MAX_WORD
 from tlm.tokenizer import build_tokenizer, language_vocabulary, load_tokenizer, unknown_words

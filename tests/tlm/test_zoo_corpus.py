@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tlm.test_records import record_round_trip
+from tests.tlm.helpers import record_round_trip
 from tlm.dataset import DatasetConfig, build_datasets, load_hardware, load_tasks
 
 DATA = Path(__file__).parent / "data" / "zoo_corpus.json.gz"
