@@ -67,23 +67,6 @@ def torch_equivalent(task: Any, ref: Any) -> tuple[Any, str]:
     return None, "no candidate PyTorch call reproduced the task's output"
 
 
-def time_torch(fn: Any, ref: Any, cores: int, repeat: int = 20) -> float:
-    """Median seconds of one eager call (after warm-up), with ``cores`` threads."""
-    import torch
-
-    torch.set_num_threads(cores)
-    ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]]
-    with torch.no_grad():
-        for _ in range(3):
-            fn(*ins)
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn(*ins)
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def run_tune_tir(task: Any, hardware: Any, trials: int, trials_per_iter: int, seed: int) -> dict:
     """Plain MetaSchedule on one task with the same builder/runner settings as ours."""
     from tvm.s_tir import meta_schedule as ms
@@ -187,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     import collectors.fast_import as fast_import
 
     fast_import.install()
+    import torch
     import tvm
 
+    from collectors.compile import time_torch
     from collectors.correctness import make_reference
     from collectors.hardware import detect_hardware
     from collectors.tasks import extract_tasks
@@ -232,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             fn, desc = torch_equivalent(task, ref)
             # PyTorch gets its best thread count: OpenMP with all cores can lose badly on a
             # loaded machine, one thread sometimes wins.
-            eager_by_threads = {n: time_torch(fn, ref, n) for n in sorted({1, hw.cores})} if fn is not None else {}
+            ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]] if fn is not None else []
+            eager_by_threads = ({n: time_torch(fn, ins, threads=n, warmup=3, runs=20) for n in sorted({1, hw.cores})}
+                                if fn is not None else {})
             eager = min(eager_by_threads.values()) if eager_by_threads else None
             row = {"model": task.model, "task": task.task_name, "workload_key": task.workload_key,
                    "op_kind": task.op_kind, "mflop": task.flops / 1e6, "weight": task.weight,

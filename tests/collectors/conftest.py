@@ -4,14 +4,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _light_tensor_intrinsics():
-    """Collectors tests build CPU sketches: the x86 intrinsics suffice (~16 s saved per process)."""
-    import collectors.fast_import as fast_import
-
-    fast_import.install()
-
-
 @pytest.fixture(scope="session")
 def cpu_hw():
     """This host's CPU: what tests run and measure on."""

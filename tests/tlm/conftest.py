@@ -18,14 +18,6 @@ import pytest
 from tests.tlm.helpers import conv_mod, make_task, matmul_relu_mod, softmax_mod
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _light_tensor_intrinsics():
-    """CPU sketches only need the x86 intrinsics (FACTS: ~16 s saved); CUDA spaces load theirs."""
-    import collectors.fast_import as fast_import
-
-    fast_import.install()
-
-
 @pytest.fixture(scope="session")
 def cpu_hw():
     """This host's CPU: what tests run and measure on."""
