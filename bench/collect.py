@@ -1,275 +1,311 @@
-"""Benchmark of collection on one node: our tune_task path vs plain ``ms.tune_tir``.
+"""Where collection time goes, and our tuner vs plain ``ms.tune_tir``, side by side in one run.
 
-For a fixed task set (the heaviest tasks of ResNet-50 and BERT-base at batch 1), each task is
-tuned twice in the same run with the same trials, seed, strategy, builder and runner settings:
-once through ``collectors.tuner.tune_task`` (records streamed into a Parquet corpus, sketch
-ids, per-candidate correctness check) and once with plain ``ms.tune_tir``. The order
-alternates per task so that drift on a shared machine does not favour one side. Reported:
-measured records per second per core of both, our overhead, per-task tuning time, the best
-latency found, and PyTorch eager on the same operator where the task maps to a PyTorch call
-(found by trying candidate calls and keeping the one whose output equals the task's reference
-output on random inputs; otherwise the reason is stated).
+For a full-size conv2d (the heaviest of ResNet-50, 224x224) and a full-size matmul (the heaviest
+of BERT-base, sequence 128), at each trial budget, each task is tuned by both paths in the same
+process, in alternating order, with the same search (evolutionary, xgb), seed and measurement
+protocol (one ``EvaluatorConfig``):
 
-    .venv/bin/python -m bench.collect [--trials 8] [--tasks-per-model 2] [--reps 2] [--out bench/results/collect.json]
+- **ours**: ``collectors.tuner.tune_task`` (pool builder linking ``.so`` files, checked runner
+  with a warm worker, records appended to a Parquet corpus per batch, every candidate's answer
+  checked);
+- **plain**: ``ms.tune_tir`` with MetaSchedule's LocalBuilder/LocalRunner, as a user calls it
+  (no correctness check, no corpus); and, at one budget, **plain+light**: the same with the
+  x86-only tensor-intrinsic initializer, to separate that fix from the builder/runner work.
+
+Each run is profiled with MetaSchedule's Profiler (search, cost model, SendToBuilder,
+SendToRunner, callbacks; ours adds tlm/DesignSpace and tlm/Reference). Per-candidate stage
+costs (lowering+codegen, export .so vs .tar, load .so vs .tar+link, timing, checking, worker
+start-up) are measured directly on sampled candidates, and the run-to-run spread of one tuned
+schedule's latency is measured for several ``min_repeat_ms`` values.
+
+    .venv/bin/python -m bench.collect [--trials 16,64,256] [--out bench/results/collect.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
 from typing import Any
 
 logger = logging.getLogger("bench.collect")
 
-
-def torch_equivalent(task: Any, ref: Any) -> tuple[Any, str]:
-    """(callable on torch tensors, description) computing the task's output, or (None, reason).
-
-    Candidates are tried on the reference inputs; one is accepted only if it reproduces the
-    reference output (the unscheduled PrimFunc's) to float tolerance.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    from collectors.correctness import compare
-
-    ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]]
-    expected = ref.outputs[-1]
-    cands: list[tuple[str, Any]] = []
-    if task.op_kind == "matmul":
-        if len(ins) >= 2:
-            cands += [("a @ b", lambda a, b, *r: a @ b), ("a @ b.T", lambda a, b, *r: a @ b.transpose(-1, -2))]
-        if len(ins) == 3:
-            cands += [("a @ b + c", lambda a, b, c: a @ b + c), ("a @ b.T + c", lambda a, b, c: a @ b.transpose(-1, -2) + c)]
-        if len(ins) == 3 and "gelu" in task.task_name:
-            cands += [("gelu(a @ b + c)", lambda a, b, c: F.gelu(a @ b + c))]
-    elif task.op_kind == "conv2d" and len(ins) == 2 and ins[0].dim() == 4 and ins[1].dim() == 4:
-        for stride in (1, 2):
-            for pad in range(0, 4):
-                cands.append((f"conv2d(stride={stride}, padding={pad})",
-                              lambda x, w, s=stride, p=pad: F.conv2d(x, w, stride=s, padding=p)))
-    else:
-        return None, f"no PyTorch mapping tried for op kind {task.op_kind!r}"
-    for desc, fn in cands:
-        try:
-            with torch.no_grad():
-                got = fn(*ins)
-        except Exception:  # noqa: BLE001 - a candidate of the wrong shape
-            continue
-        if tuple(got.shape) == expected.shape and compare([got.numpy()], [expected]) is None:
-            return fn, desc
-    return None, "no candidate PyTorch call reproduced the task's output"
+PROFILE_KEYS = ("tlm/DesignSpace", "tlm/Reference", "EvoSearch/SampleInitPopulation", "EvoSearch/Evolve/Mutation",
+                "EvoSearch/Evolve/PredictNormalizedScore", "EvoSearch/Evolve/Misc", "MeasureCallback/UpdateCostModel",
+                "SendToBuilder", "SendToRunner", "MeasureCallback/PyMeasureCallback", "MeasureCallback/AddToDatabase")
 
 
-def run_tune_tir(task: Any, hardware: Any, trials: int, trials_per_iter: int, seed: int) -> dict:
-    """Plain MetaSchedule on one task with the same builder/runner settings as ours."""
+def _profile_dict(prof: Any) -> dict[str, float]:
+    """Seconds per Profiler section (the Profiler's own table is in minutes)."""
+    out = {}
+    for line in prof.table().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) == 4 and cells[0].isdigit():
+            out[cells[1]] = float(cells[2]) * 60.0
+    return out
+
+
+def _group(p: dict[str, float], elapsed: float) -> dict[str, float]:
+    """The breakdown the issue asks for, from Profiler sections."""
+    search = sum(v for k, v in p.items() if k.startswith("EvoSearch") or k.startswith("ReplayTrace"))
+    g = {
+        "design_space_s": p.get("tlm/DesignSpace", 0.0),
+        "reference_s": p.get("tlm/Reference", 0.0),
+        "search_s": search,
+        "cost_model_update_s": p.get("MeasureCallback/UpdateCostModel", 0.0),
+        "build_s": p.get("SendToBuilder", 0.0),
+        "run_s": p.get("SendToRunner", 0.0),
+        "storage_and_records_s": p.get("MeasureCallback/PyMeasureCallback", 0.0),
+    }
+    g["other_s"] = max(0.0, elapsed - sum(g.values()))
+    return g
+
+
+def evaluator_config(min_repeat_ms: int) -> Any:
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=min_repeat_ms, enable_cpu_cache_flush=False)
+
+
+def run_ours(task: Any, hw: Any, corpus: Any, trials: int, min_repeat_ms: int, seed: int) -> dict:
+    from tvm.s_tir import meta_schedule as ms
+
+    from collectors.tuner import TuneConfig, tune_task
+
+    appended = [0.0]
+
+    def store(records: list) -> None:
+        t = time.perf_counter()
+        corpus.append(records)
+        appended[0] += time.perf_counter() - t
+
+    cfg = TuneConfig(trials=trials, seed=seed, min_repeat_ms=min_repeat_ms)
+    t0 = time.perf_counter()
+    with ms.Profiler() as prof:
+        s = tune_task(task, hw, cfg, on_records=store, run_id="bench")
+    elapsed = time.perf_counter() - t0
+    p = _profile_dict(prof)
+    return {"elapsed_s": elapsed, "records": s.records, "errors": s.errors, "wrong_answers": s.wrong_answers,
+            "best_latency_s": s.best_latency_s, "best_trace_json": s.best_trace_json,
+            "records_per_s": s.records / elapsed, "append_s": appended[0], "breakdown": _group(p, elapsed),
+            "profile_s": p}
+
+
+def run_plain(task: Any, hw: Any, trials: int, min_repeat_ms: int, seed: int, *, light: bool = False) -> dict:
+    """``ms.tune_tir`` with MetaSchedule's own LocalBuilder/LocalRunner (light: x86 intrinsics only)."""
     from tvm.s_tir import meta_schedule as ms
 
     from collectors.fast_import import install
 
-    cfg = _our_config(trials, trials_per_iter, seed)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-tune-tir-") as work_dir:
+    with tempfile.TemporaryDirectory(prefix="bench-tune-tir-") as work_dir, ms.Profiler() as prof:
         db = ms.tune_tir(
-            task.mod, hardware.tvm_target(), work_dir, trials, num_trials_per_iter=min(trials_per_iter, trials),
-            builder=ms.builder.LocalBuilder(max_workers=hardware.cores, timeout_sec=cfg.build_timeout_s,
-                                            initializer=install),
-            runner=ms.runner.LocalRunner(timeout_sec=cfg.run_timeout_s, initializer=install,
-                                         evaluator_config=ms.runner.EvaluatorConfig(
-                                             number=cfg.number, repeat=cfg.repeat, min_repeat_ms=cfg.min_repeat_ms,
-                                             enable_cpu_cache_flush=False)),
-            cost_model="xgb", strategy="evolutionary", seed=seed, num_tuning_cores=hardware.cores,
+            task.mod, hw.tvm_target(), work_dir, trials, num_trials_per_iter=min(64, trials),
+            builder=ms.builder.LocalBuilder(max_workers=hw.cores, initializer=install if light else None),
+            runner=ms.runner.LocalRunner(evaluator_config=evaluator_config(min_repeat_ms),
+                                         initializer=install if light else None),
+            cost_model="xgb", strategy="evolutionary", seed=seed, num_tuning_cores=hw.cores,
         )
         recs = db.get_all_tuning_records()
-        lat = [statistics.median([float(x) for x in r.run_secs]) for r in recs
-               if r.run_secs is not None and len(r.run_secs) and all(float(x) < 1e9 for x in r.run_secs)]
-    return {"elapsed_s": time.perf_counter() - t0, "records": len(recs),
-            "best_latency_s": min(lat) if lat else None}
+    elapsed = time.perf_counter() - t0
+    lat = [statistics.median(float(x) for x in r.run_secs) for r in recs
+           if r.run_secs is not None and len(r.run_secs) and all(float(x) < 1e9 for x in r.run_secs)]
+    p = _profile_dict(prof)
+    return {"elapsed_s": elapsed, "records": len(recs), "best_latency_s": min(lat) if lat else None,
+            "records_per_s": len(recs) / elapsed, "breakdown": _group(p, elapsed), "profile_s": p}
 
 
-def overhead_components(task: Any, hardware: Any, traces: list[str], seed: int, append_s: float,
-                        records: int, runs: int) -> dict:
-    """Time the work our path adds to MetaSchedule's, piece by piece (far less noisy than
-    end-to-end times on a shared machine): the reference run, one correctness check per
-    candidate (one extra run + comparison), and the corpus appends."""
-    import tvm
+def _candidates(task: Any, hw: Any, n: int) -> list:
+    """``n`` valid programs of ``task``: random decisions of its sketches (MetaSchedule's samples)."""
     from tvm.s_tir.schedule import Schedule, Trace
+
+    from collectors.sketches import design_space, refusing_postproc
+
+    sketches, out, seed = design_space(task.mod, hw), [], 0
+    while len(out) < n and seed < 20 * n:
+        seed += 1
+        sch = Schedule(task.mod, seed=seed)
+        Trace(sketches[seed % len(sketches)].trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+        if refusing_postproc(sch, task, hw) is None:
+            out.append(sch.mod)
+    return out
+
+
+def stage_costs(task: Any, hw: Any, n: int, min_repeat_ms: int) -> dict:
+    """Median seconds per candidate of each stage, measured in this process on ``n`` samples."""
+    import tvm
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.support.tar import tar
 
     from collectors.correctness import compare, make_reference
 
-    t = time.perf_counter()
-    ref = make_reference(task.mod, seed=seed)
-    ref_s = time.perf_counter() - t
-    check_s = None
-    if traces:
-        sch = Schedule(task.mod)
-        Trace.apply_json_to_schedule(json.loads(traces[0]), sch)
-        ex = tvm.compile(sch.mod, target=hardware.tvm_target())
-        dev = tvm.cpu(0)
-        ex["main"](*[tvm.runtime.tensor(a, device=dev) for a in ref.inputs])  # warm-up
-        reps = []
-        for _ in range(5):
+    ref = make_reference(task.mod)
+    times: dict[str, list[float]] = {k: [] for k in ("lower_codegen", "export_so", "export_tar_ms_default",
+                                                     "load_so", "load_tar_and_link_ms_default", "timing", "check")}
+    dev = tvm.cpu(0)
+    with tempfile.TemporaryDirectory() as d:
+        for i, mod in enumerate(_candidates(task, hw, n)):
             t = time.perf_counter()
+            rt = tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=hw.tvm_target())
+            times["lower_codegen"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            rt.export_library(f"{d}/{i}.so")
+            times["export_so"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            rt.export_library(f"{d}/{i}.tar", fcompile=tar)
+            times["export_tar_ms_default"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            tvm.runtime.load_module(f"{d}/{i}.tar")
+            times["load_tar_and_link_ms_default"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            lib = tvm.runtime.load_module(f"{d}/{i}.so")
+            times["load_so"].append(time.perf_counter() - t)
             args = [tvm.runtime.tensor(a, device=dev) for a in ref.inputs]
-            ex["main"](*args)
-            err = compare([a.numpy() for a in args], ref.outputs)
-            reps.append(time.perf_counter() - t)
-        assert err is None, err
-        check_s = statistics.median(reps)
-    total = runs * ref_s + records * (check_s or 0.0) + append_s
-    return {"reference_s": ref_s, "check_per_candidate_s": check_s, "append_s_total": append_s, "total_s": total}
-
-
-def _our_config(trials: int, trials_per_iter: int, seed: int):
-    from collectors.tuner import TuneConfig
-
-    return TuneConfig(trials=trials, strategy="evolutionary", seed=seed, trials_per_iter=trials_per_iter)
-
-
-def run_ours(task: Any, hardware: Any, corpus: Any, trials: int, trials_per_iter: int, seed: int) -> dict:
-    from collectors.tuner import tune_task
-
-    stored = 0
-    append_s = 0.0
-    traces: list[str] = []
-
-    def flush(records: list) -> None:
-        nonlocal stored, append_s
-        t = time.perf_counter()
-        stored += corpus.append(records).rows
-        append_s += time.perf_counter() - t
-        traces.extend(r.trace_json for r in records if r.error is None)
-
-    t0 = time.perf_counter()
-    s = tune_task(task, hardware, _our_config(trials, trials_per_iter, seed), on_records=flush, run_id="bench")
-    out = {"elapsed_s": time.perf_counter() - t0, "records": s.records, "stored": stored, "errors": s.errors,
-           "wrong_answers": s.wrong_answers, "best_latency_s": s.best_latency_s, "sketches": s.sketches,
-           "append_s": append_s, "ok_traces": traces}
+            t = time.perf_counter()
+            run_evaluator_common(lib, dev, evaluator_config(min_repeat_ms), [args])
+            times["timing"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            assert compare([a.numpy() for a in args], ref.outputs) is None
+            times["check"].append(time.perf_counter() - t)
+    out = {f"{k}_s": statistics.median(v) for k, v in times.items() if v}
+    out["candidates"] = len(times["timing"])
+    out.update(worker_start_costs())
     return out
+
+
+def worker_start_costs() -> dict:
+    """Seconds for a fresh worker process to be ready: plain (what each LocalBuilder worker imports
+    on every build() call) vs with the light x86 intrinsics (collectors.fast_import)."""
+    def timed(code: str) -> float:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        return time.perf_counter() - t
+
+    return {"worker_start_full_intrinsics_s": timed("import tvm.s_tir.tensor_intrin"),
+            "worker_start_light_intrinsics_s": timed("import collectors.fast_import as f; f.install()")}
+
+
+def repeat_spread(task: Any, hw: Any, trace_json: str, values: tuple[int, ...], n: int = 10) -> dict:
+    """Run-to-run spread ((max - min) / median over ``n`` separate measurements) of one tuned
+    schedule's latency for each ``min_repeat_ms``, and the seconds one measurement costs."""
+    import tvm
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from collectors.correctness import make_reference
+
+    sch = Schedule(task.mod)
+    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    lib = tvm_build(sch.mod, target=hw.tvm_target())
+    dev = tvm.cpu(0)
+    args = [tvm.runtime.tensor(a, device=dev) for a in make_reference(task.mod).inputs]
+    out = {}
+    for ms_ in values:
+        lats, cost = [], []
+        for _ in range(n):
+            t = time.perf_counter()
+            lats.append(statistics.median(run_evaluator_common(lib, dev, evaluator_config(ms_), [args])))
+            cost.append(time.perf_counter() - t)
+        med = statistics.median(lats)
+        out[str(ms_)] = {"median_latency_s": med, "spread": (max(lats) - min(lats)) / med,
+                         "cv": statistics.pstdev(lats) / statistics.mean(lats), "seconds_per_measurement": statistics.median(cost)}
+    return out
+
+
+def pick_tasks(hw: Any) -> list:
+    from collectors.tasks import extract_tasks
+
+    conv = next(t for t in extract_tasks("resnet50", hw) if t.op_kind == "conv2d")
+    mm = next(t for t in extract_tasks("bert_base", hw, seq_len=128) if t.op_kind == "matmul")
+    return [conv, mm]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trials", type=int, default=8, help="trials per task for both paths")
-    p.add_argument("--trials-per-iter", type=int, default=16, help="candidates per measured batch")
-    p.add_argument("--tasks-per-model", type=int, default=2, help="heaviest N tasks of each model")
-    p.add_argument("--models", default="resnet50,bert_base", help="zoo models (batch 1, full size)")
+    p.add_argument("--trials", default="16,64,256", help="comma-separated trial budgets per task")
+    p.add_argument("--light-at", type=int, default=64, help="budget at which plain+light is also run (0: never)")
+    p.add_argument("--min-repeat-ms", type=int, default=None, help="evaluator min_repeat_ms of both paths "
+                   "(default: TuneConfig's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--reps", type=int, default=2, choices=(1, 2), help="runs of each path per task (2: A-B-B-A)")
     p.add_argument("--out", default="bench/results/collect.json")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
 
-    import collectors.fast_import as fast_import
+    from dataclasses import asdict
 
-    fast_import.install()
-    import torch
-    import tvm
-
-    from collectors.compile import time_torch
-    from collectors.correctness import make_reference
     from collectors.hardware import detect_hardware
-    from collectors.tasks import extract_tasks
+    from collectors.tuner import TuneConfig, pin_tvm_threads
+    from collectors.workloads import matmul
+    from collectors.tasks import Task
     from storage import Corpus
 
     hw = detect_hardware("cpu")
-    tasks = []
-    for model in args.models.split(","):
-        ts = extract_tasks(model, hw, batch=1)
-        tasks += ts[: args.tasks_per_model]
-    logger.info("tasks: %s", [(t.model, t.task_name) for t in tasks])
-    rows = []
-    # Untimed warm-up of both paths (first-use costs: xgboost import, LLVM init, pools).
-    from collectors.tasks import Task
-    from collectors.workloads import matmul
-
-    with tempfile.TemporaryDirectory(prefix="bench-warmup-") as warm_dir:
+    pin_tvm_threads(hw.cores)  # in-process timings (spread, stages) on the key's cores, as the runner
+    budgets = [int(x) for x in args.trials.split(",")]
+    min_repeat_ms = args.min_repeat_ms if args.min_repeat_ms is not None else TuneConfig().min_repeat_ms
+    tasks = pick_tasks(hw)
+    t_all = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-warmup-") as warm_dir:  # first-use costs, untimed
         warm = Task("0" * 16, "warmup", matmul(32, 32, 32))
-        run_ours(warm, hw, Corpus.open(warm_dir), 2, 2, args.seed)
-        run_tune_tir(warm, hw, 2, 2, args.seed)
+        run_ours(warm, hw, Corpus.open(warm_dir), 2, min_repeat_ms, args.seed)
+    rows = []
     with tempfile.TemporaryDirectory(prefix="bench-corpus-") as corpus_dir:
         corpus = Corpus.open(corpus_dir)
-        corpus.register_hardware(hw.key, target=hw.target, description=hw.description)
-        for i, task in enumerate(tasks):
-            logger.info("[%d/%d] %s %s (%.1f MFLOP x %d)", i + 1, len(tasks), task.model, task.task_name,
-                        task.flops / 1e6, task.weight)
-            # A-B-B-A order (B-A-A-B on odd tasks): linear drift of a shared machine cancels.
-            order = ["ours", "tir", "tir", "ours"] if i % 2 == 0 else ["tir", "ours", "ours", "tir"]
-            runs: dict[str, list[dict]] = {"ours": [], "tir": []}
-            for which in order[: 2 * args.reps]:
-                if which == "ours":
-                    runs["ours"].append(run_ours(task, hw, corpus, args.trials, args.trials_per_iter, args.seed))
-                else:
-                    runs["tir"].append(run_tune_tir(task, hw, args.trials, args.trials_per_iter, args.seed))
-            ok_traces = [t for r in runs["ours"] for t in r.pop("ok_traces")]
-            ours, plain = _merge(runs["ours"]), _merge(runs["tir"])
-            ours["components"] = overhead_components(task, hw, ok_traces[:1], args.seed,
-                                                     sum(r["append_s"] for r in runs["ours"]),
-                                                     ours["records"], len(runs["ours"]))
-            ref = make_reference(task.mod, seed=args.seed)
-            fn, desc = torch_equivalent(task, ref)
-            # PyTorch gets its best thread count: OpenMP with all cores can lose badly on a
-            # loaded machine, one thread sometimes wins.
-            ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]] if fn is not None else []
-            eager_by_threads = ({n: time_torch(fn, ins, threads=n, warmup=3, runs=20) for n in sorted({1, hw.cores})}
-                                if fn is not None else {})
-            eager = min(eager_by_threads.values()) if eager_by_threads else None
-            row = {"model": task.model, "task": task.task_name, "workload_key": task.workload_key,
-                   "op_kind": task.op_kind, "mflop": task.flops / 1e6, "weight": task.weight,
-                   "ours": ours, "tune_tir": plain,
-                   "pytorch_eager": {"latency_s": eager, "by_threads": eager_by_threads,
-                                     "call": desc if fn is not None else None,
-                                     "note": None if fn is not None else desc}}
-            if ours["best_latency_s"] and eager:
-                row["best_vs_eager_speedup"] = eager / ours["best_latency_s"]
-            rows.append(row)
-            logger.info("  ours %.1f s (%d rec), tune_tir %.1f s (%d rec), best %s us, eager %s us",
-                        ours["elapsed_s"], ours["records"], plain["elapsed_s"], plain["records"],
-                        _us(ours["best_latency_s"]), _us(eager))
-        stats = corpus.stats()
-    ours_t = sum(r["ours"]["elapsed_s"] for r in rows)
-    tir_t = sum(r["tune_tir"]["elapsed_s"] for r in rows)
-    ours_n = sum(r["ours"]["records"] for r in rows)
-    tir_n = sum(r["tune_tir"]["records"] for r in rows)
-    result = {
-        "what": "measured records per second per core: tune_task (ours) vs plain ms.tune_tir, same trials",
+        for trials in budgets:
+            for i, task in enumerate(tasks):
+                logger.info("%s (%.0f MFLOP), %d trials", task.task_name, task.flops / 1e6, trials)
+                row = {"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "mflop": task.flops / 1e6,
+                       "trials": trials}
+                order = ["ours", "plain"] if (i + budgets.index(trials)) % 2 == 0 else ["plain", "ours"]
+                if trials == args.light_at:
+                    order.append("plain_light")
+                for path in order:
+                    if path == "ours":
+                        row[path] = run_ours(task, hw, corpus, trials, min_repeat_ms, args.seed)
+                    else:
+                        row[path] = run_plain(task, hw, trials, min_repeat_ms, args.seed, light=path == "plain_light")
+                    logger.info("  %s: %.1f s, %.2f records/s", path, row[path]["elapsed_s"], row[path]["records_per_s"])
+                row["ratio_records_per_s"] = row["ours"]["records_per_s"] / row["plain"]["records_per_s"]
+                rows.append(row)
+        best = min((r for r in rows if r["op_kind"] == "conv2d"), key=lambda r: r["ours"]["best_latency_s"] or 1e9)
+        spread = repeat_spread(tasks[0], hw, best["ours"]["best_trace_json"], (1, 5, 10, 20, 50, 100))
+    stages = {t.op_kind: stage_costs(t, hw, 8, min_repeat_ms) for t in tasks}
+
+    def ratio(trials: int, path: str = "plain") -> float:
+        sel = [r for r in rows if r["trials"] == trials and path in r]
+        ours = sum(r["ours"]["records"] for r in sel) / sum(r["ours"]["elapsed_s"] for r in sel)
+        other = sum(r[path]["records"] for r in sel) / sum(r[path]["elapsed_s"] for r in sel)
+        return ours / other
+
+    for r in rows:
+        r["ours"].pop("best_trace_json", None)
+    out = {
+        "what": "measured records/s: collectors.tuner.tune_task (ours) vs plain ms.tune_tir, same trials, search, "
+                "seed and evaluator, full-size tasks, one run; breakdown from MetaSchedule's Profiler",
         "command": "python -m bench.collect " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "hardware": asdict(hw), "tvm_version": str(tvm.__version__), "host": os.uname().nodename,
-        "trials_per_task": args.trials, "reps_per_path": args.reps, "trials_per_iter": args.trials_per_iter, "seed": args.seed,
-        "strategy": "evolutionary (xgb)", "tasks": rows,
-        "ours_records_per_s_per_core": ours_n / ours_t / hw.cores,
-        "tune_tir_records_per_s_per_core": tir_n / tir_t / hw.cores,
-        "overhead_time_ratio": ours_t / tir_t,  # >1 means ours is slower
-        "ours_extra_work_pct_of_tuning_time": 100.0 * sum(r["ours"]["components"]["total_s"] for r in rows) / ours_t,
-        "overhead_per_record_pct": 100.0 * ((ours_t / max(ours_n, 1)) / (tir_t / max(tir_n, 1)) - 1.0),
-        "corpus_rows_stored": stats.get("records") if isinstance(stats, dict) else None,
-        "note": "shared 2-core machine: absolute times are noisy; compare ratios",
+        "hardware": asdict(hw), "min_repeat_ms": min_repeat_ms,
+        "trials_per_task": 64 if 64 in budgets else budgets[0],
+        "ratio_vs_tune_tir": ratio(64 if 64 in budgets else budgets[0]),
+        "ratio_vs_tune_tir_by_trials": {str(t): ratio(t) for t in budgets},
+        "ratio_vs_tune_tir_light": ratio(args.light_at, "plain_light") if args.light_at in budgets else None,
+        "rows": rows, "stage_costs": stages, "min_repeat_ms_spread": spread,
+        "wall_s": time.perf_counter() - t_all,
+        "note": "shared 2-core machine: compare ratios from the same run; plain = MetaSchedule's LocalBuilder "
+                "(a fresh pool per batch, .tar artifacts) and LocalRunner (links each .tar), no correctness check",
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump(result, f, indent=2, default=str)
-    print(json.dumps({k: v for k, v in result.items() if k not in ("tasks", "hardware")}, indent=2, default=str))
+        json.dump(out, f, indent=1, default=str)
+    logger.info("ratio vs tune_tir at %s trials: %.2fx; written to %s", out["trials_per_task"], out["ratio_vs_tune_tir"],
+                args.out)
     return 0
-
-
-def _merge(runs: list[dict]) -> dict:
-    """Totals of repeated runs of one path on one task (times and records add up)."""
-    out = {"elapsed_s": sum(r["elapsed_s"] for r in runs), "records": sum(r["records"] for r in runs),
-           "runs": runs}
-    best = [r["best_latency_s"] for r in runs if r["best_latency_s"]]
-    out["best_latency_s"] = min(best) if best else None
-    return out
-
-
-def _us(x: float | None) -> str:
-    return f"{x * 1e6:.1f}" if x else "-"
 
 
 if __name__ == "__main__":

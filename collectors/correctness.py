@@ -3,9 +3,9 @@
 The reference is the task's *unscheduled* PrimFunc compiled plainly for the host CPU (llvm):
 scheduling must not change what a program computes, so any difference beyond float rounding
 is a wrong answer. A reference is made once per task (:func:`make_reference`) and saved as an
-``.npz`` file; every measured candidate is then checked once, inside MetaSchedule's runner
-worker right after it is timed (:func:`checked_run_evaluator`), so a wrong answer comes back as
-a run error ("wrong answer: max rel err ...") and is never stored as a latency. The same
+``.npz`` file; every measured candidate is then checked once, inside the runner worker right
+after it is timed (collectors/runner.py), so a wrong answer comes back as a run error
+("wrong answer: max rel err ...") and is never stored as a latency. The same
 check runs in-process for a schedule at hand with :func:`check_schedule`.
 """
 from __future__ import annotations
@@ -168,37 +168,6 @@ def _run(executable: Any, inputs: Sequence[np.ndarray], dev: Any) -> list[np.nda
     executable["main"](*args)
     dev.sync()
     return [a.numpy() for a in args]
-
-
-# ---------------------------------------------------------------------------------------------
-# Inside MetaSchedule's runner worker (a separate process): time, then check once.
-
-_REF_CACHE: dict[str, Reference] = {}
-
-
-def checked_run_evaluator(rt_mod: Any, device: Any, evaluator_config: Any, repeated_args: Any, *,
-                          reference_path: str, rtol: float = Tolerance.rtol,
-                          atol_scale: float = Tolerance.atol_scale) -> list[float]:
-    """``LocalRunner(f_run_evaluator=...)``: MetaSchedule's timing, then one checked run.
-
-    Bind ``reference_path`` with ``functools.partial``. A wrong answer raises, which the runner
-    reports as the candidate's error; its timings are never returned.
-    """
-    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
-
-    costs = run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
-    ref = _REF_CACHE.get(reference_path)
-    if ref is None:
-        ref = _REF_CACHE[reference_path] = Reference.load(reference_path)
-    import tvm
-
-    args = [tvm.runtime.tensor(a, device=device) for a in ref.inputs]
-    rt_mod[rt_mod.entry_name](*args)
-    device.sync()
-    err = compare([a.numpy() for a in args], ref.outputs, Tolerance(rtol, atol_scale))
-    if err is not None:
-        raise RuntimeError(err)
-    return costs
 
 
 def error_from_runner(message: str | None) -> str | None:

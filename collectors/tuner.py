@@ -1,12 +1,14 @@
 """Tune one task with MetaSchedule and turn every measured candidate into a corpus record.
 
-``tune_task`` runs MetaSchedule's own machinery (TuneContext, task scheduler, LocalBuilder,
-LocalRunner, MemoryDatabase, the default measure callbacks) for one task and a budget of
-trials, adding one measure callback of ours that sees every (candidate, build result, run
-result) as it is measured and hands the batch to ``on_records`` right away, so a caller can
-flush records to disk per iteration (crash safety). Every candidate's output is checked once
-against the unscheduled program inside the runner worker (collectors/correctness.py): a wrong
-answer becomes an error, never a latency. MetaSchedule's work dir is a temp dir.
+``tune_task`` runs MetaSchedule's own machinery (TuneContext, search strategy and cost model,
+task scheduler, MemoryDatabase, the default measure callbacks) for one task and a budget of
+trials, with our builder and runner plugged into its extension points: a build pool that
+outlives the batch and links each candidate in parallel (collectors/builder.py), and a runner
+whose warm worker checks every candidate's output against the unscheduled program before it
+times it (collectors/runner.py): a wrong answer becomes an error, never a latency. One measure
+callback of ours sees every (candidate, build result, run result) as it is measured and hands
+the batch to ``on_records`` right away, so a caller can flush records per batch (crash
+safety). MetaSchedule's work dir is a temp dir.
 
 It never starts Ray and prints nothing: progress goes to an optional callback, and
 MetaSchedule's own logs to a file in the work dir.
@@ -24,9 +26,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from collectors.correctness import checked_run_evaluator, error_from_runner, make_reference
+from collectors.builder import make_pool_builder
+from collectors.correctness import error_from_runner, make_reference
 from collectors.fast_import import install, install_for_target
 from collectors.hardware import Hardware, check_runs_here
+from collectors.runner import make_checked_runner
 from collectors.sketches import sketch_id, tune_context
 from collectors.tasks import Task
 from collectors.tir import as_module, plain_json, trace_json, tvm_version
@@ -56,7 +60,10 @@ class TuneConfig:
     run_timeout_s: float = 30.0  # a candidate whose run takes longer is an error
     number: int = 3  # evaluator: runs per measurement (MetaSchedule's default)
     repeat: int = 1  # evaluator: measurements per candidate; run_secs has repeat entries
-    min_repeat_ms: int = 100  # evaluator: minimum time of one measurement (MetaSchedule's default)
+    # evaluator: minimum time of one measurement. MetaSchedule's default is 100; at 20 the
+    # run-to-run spread of a tuned schedule stays within 3% (bench/results/collect.json,
+    # min_repeat_ms_spread) and a fast kernel's measurement costs a fifth.
+    min_repeat_ms: int = 20
     check_correctness: bool = True  # check each measured candidate against the unscheduled program
     work_dir: str | None = None  # MetaSchedule's work dir (logs); None: a temp dir removed afterwards
 
@@ -125,7 +132,13 @@ def runner_initializer(hardware: Hardware) -> Callable[[], None]:
     environment is left alone.
     """
     is_cpu = hardware.kind == "cpu"
-    return functools.partial(_init_runner_worker, hardware.cores if is_cpu else None, is_cpu)
+    return _runner_initializer(hardware.cores if is_cpu else None, is_cpu)
+
+
+@functools.lru_cache(maxsize=None)
+def _runner_initializer(cores: int | None, light_intrinsics: bool) -> Callable[[], None]:
+    # One object per setting: the runner's worker is shared by runners with the same initializer.
+    return functools.partial(_init_runner_worker, cores, light_intrinsics)
 
 
 def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, *,
@@ -150,10 +163,11 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
     work_dir = tempfile.mkdtemp(prefix="tlm-tune-") if own_dir else config.work_dir
     os.makedirs(work_dir, exist_ok=True)
     ms_logger, handler = _file_logger(work_dir, task.task_name)
-    runner = None
     try:
-        ctx = tune_context(mod, target, seed=config.seed, task_name=task.task_name, num_threads=hardware.cores)
-        sketches = list(ctx.generate_design_space())
+        # Profiler sections of our own, beside MetaSchedule's (bench/collect.py reads them).
+        with ms.Profiler.timeit("tlm/DesignSpace"):
+            ctx = tune_context(mod, target, seed=config.seed, task_name=task.task_name, num_threads=hardware.cores)
+            sketches = list(ctx.generate_design_space())
         summary.sketches = len(sketches)
         # Seeded as ms.tune_tir seeds its single task (MetaSchedule itself is not run-to-run
         # deterministic with several threads: same seed, similar but not identical candidates).
@@ -167,25 +181,22 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
             number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
             enable_cpu_cache_flush=False,
         )
-        f_run = None
+        reference_path = None
         params = config.params()
         if config.check_correctness:
             try:
-                ref = make_reference(mod, seed=config.seed, path=os.path.join(work_dir, "reference.npz"))
-                f_run = functools.partial(checked_run_evaluator, reference_path=ref.path)
+                with ms.Profiler.timeit("tlm/Reference"):
+                    reference_path = make_reference(mod, seed=config.seed,
+                                                    path=os.path.join(work_dir, "reference.npz")).path
             except Exception as exc:  # noqa: BLE001 - e.g. a dtype numpy cannot hold
                 # Tune anyway, but say so in every record: these latencies are unchecked.
                 logger.warning("no reference for %s (%s): its records are not checked", task.task_name, exc)
                 params["check_correctness"] = False
                 params["correctness_unavailable"] = f"{type(exc).__name__}: {exc}"[:200]
-        builder = ms.builder.LocalBuilder(
-            max_workers=config.builder_workers or hardware.cores, timeout_sec=config.build_timeout_s,
-            initializer=install if is_cpu else None,
-        )
-        runner = ms.runner.LocalRunner(
-            timeout_sec=config.run_timeout_s, evaluator_config=evaluator, f_run_evaluator=f_run,
-            initializer=runner_initializer(hardware),
-        )
+        builder = make_pool_builder(max_workers=config.builder_workers or hardware.cores,
+                                    timeout_s=config.build_timeout_s, initializer=install if is_cpu else None)
+        runner = make_checked_runner(evaluator_config=evaluator, reference_path=reference_path,
+                                     timeout_s=config.run_timeout_s, initializer=runner_initializer(hardware))
         base = {
             "workload_key": task.workload_key, "hardware_key": hardware.key,
             "target": json.dumps(hardware.target, sort_keys=True), "task_name": task.task_name,
@@ -207,11 +218,6 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
         if recorder.pending_exc is not None:  # an exception in on_records (e.g. Ctrl-C)
             raise recorder.pending_exc
     finally:
-        if runner is not None:  # stop the runner's worker now, not whenever GC runs
-            try:
-                runner.pool.shutdown()
-            except Exception:  # noqa: BLE001
-                pass
         ms_logger.removeHandler(handler)
         handler.close()
         if own_dir:

@@ -1,0 +1,117 @@
+"""A MetaSchedule builder whose worker pool lives across batches and tasks.
+
+TVM's ``LocalBuilder`` starts a fresh process pool for every ``build()`` call (one batch), and
+every fresh worker pays its imports again: ~1-2 s per batch with the light tensor intrinsics,
+~16 s without them (FACTS-tvm-ray.md). Its artifacts are ``.tar`` files that the *runner* then
+links with the system C compiler, serially, inside the exclusive measurement slot.
+
+:class:`PoolBuilder` is the same builder through MetaSchedule's own extension point
+(``PyBuilder``) with two changes: the pool is started once per process and reused by every
+batch of every task (workers are recycled after ``max_uses`` builds, which bounds the memory
+growth LocalBuilder restarts its pool to avoid), and each candidate is exported as a linked
+shared library (``.so``) by the worker that compiled it, so linking runs in parallel with the
+other builds and the runner only ``dlopen``s. A failed or timed-out build is a
+``BuilderResult`` error (data), exactly as with LocalBuilder.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+#: Builds per worker process before it is replaced (bounds TVM's per-build memory growth).
+MAX_USES = 256
+
+
+def build_one(mod: Any, target: Any, out_dir: str) -> str:
+    """Compile one candidate exactly as MetaSchedule's ``default_build`` does, and export it as a
+    shared library in a directory of its own under ``out_dir`` (MetaSchedule's
+    RemoveBuildArtifact callback removes the artifact's whole directory); returns its path.
+    Runs in a builder worker."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    rt_mod = tvm_build(mod, target=target)
+    path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")
+    rt_mod.export_library(path)
+    return path
+
+
+class _Pool:
+    """One PopenPoolExecutor per (workers, timeout, initializer), shared by every builder made
+    with those settings in this process, shut down at exit (no worker is left behind)."""
+
+    _lock = threading.Lock()
+    _pools: dict[tuple, "_Pool"] = {}
+
+    def __init__(self, workers: int, timeout_s: float, initializer: Callable[[], None] | None) -> None:
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        self.executor = PopenPoolExecutor(max_workers=workers, timeout=timeout_s, initializer=initializer,
+                                          maximum_process_uses=MAX_USES)
+        self.out_dir = tempfile.mkdtemp(prefix="tlm-build-")
+
+    @classmethod
+    def get(cls, workers: int, timeout_s: float, initializer: Callable[[], None] | None) -> "_Pool":
+        key = (workers, float(timeout_s), initializer)
+        with cls._lock:
+            pool = cls._pools.get(key)
+            if pool is None:
+                pool = cls._pools[key] = cls(workers, timeout_s, initializer)
+                logger.debug("started a builder pool of %d worker(s)", workers)
+            return pool
+
+    @classmethod
+    def shutdown_all(cls) -> None:
+        with cls._lock:
+            pools, cls._pools = list(cls._pools.values()), {}
+        for pool in pools:
+            pool.executor.shutdown(wait=True)
+            shutil.rmtree(pool.out_dir, ignore_errors=True)
+
+
+def shutdown_builders() -> None:
+    """Stop every builder worker of this process (also done at interpreter exit)."""
+    _Pool.shutdown_all()
+
+
+atexit.register(shutdown_builders)
+
+
+def make_pool_builder(*, max_workers: int, timeout_s: float = 30.0,
+                      initializer: Callable[[], None] | None = None) -> Any:
+    """A :class:`PoolBuilder` (a ``tvm.s_tir.meta_schedule.builder.PyBuilder``): ``max_workers``
+    parallel builds, each killed after ``timeout_s``, workers started with ``initializer``."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.support.popen_pool import StatusKind
+
+    @derived_object
+    class PoolBuilder(PyBuilder):
+        """MetaSchedule's builder protocol over a pool that outlives the batch."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.timeout_s = timeout_s
+
+        def build(self, build_inputs: list) -> list:
+            pool = _Pool.get(max_workers, timeout_s, initializer)
+            results = []
+            jobs = [(b.mod, b.target, pool.out_dir) for b in build_inputs]
+            for res in pool.executor.map_with_error_catching(lambda job: build_one(*job), jobs):
+                if res.status == StatusKind.COMPLETE:
+                    results.append(BuilderResult(res.value, None))
+                elif res.status == StatusKind.TIMEOUT:
+                    results.append(BuilderResult(None, f"PoolBuilder: timeout, killed after {timeout_s} seconds"))
+                else:
+                    results.append(BuilderResult(None, f"PoolBuilder: an exception occurred\n{res.value}"))
+            return results
+
+    return PoolBuilder()

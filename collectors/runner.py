@@ -1,0 +1,141 @@
+"""A MetaSchedule runner that checks every candidate's answer and keeps its worker warm.
+
+Through MetaSchedule's own extension point (``PyRunner``): one worker process per runner
+settings measures one candidate at a time (the device is exclusive), and lives across batches
+and tasks. For each candidate it ``dlopen``s the shared library the builder linked
+(collectors/builder.py), times it with MetaSchedule's own evaluator (``run_evaluator_common``,
+the given ``EvaluatorConfig``) on the task's reference inputs, and then compares every buffer
+the timed runs left with the reference (collectors/correctness.py): a wrong answer raises, so
+its timings are never returned. Checking the buffers the timed runs wrote saves a separate
+checked run, and checks what was timed. The reference is loaded once per task and kept in the
+worker; the random-input allocation TVM's LocalRunner repeats per candidate is gone. A timeout or a crash (the worker
+dies) is the candidate's error, and the next candidate gets a fresh worker.
+
+Without a reference (``reference_path=None``, e.g. a dtype numpy cannot hold) candidates are
+timed on MetaSchedule's random arguments, unchecked; the tuner says so in the records.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+#: References kept in a runner worker (one per task being tuned; weights can be large).
+_REFERENCES_KEPT = 2
+_REFERENCES: "OrderedDict[str, Any]" = OrderedDict()
+
+
+def _reference(path: str) -> Any:
+    from collectors.correctness import Reference
+
+    ref = _REFERENCES.get(path)
+    if ref is None:
+        ref = _REFERENCES[path] = Reference.load(path)
+        while len(_REFERENCES) > _REFERENCES_KEPT:
+            _REFERENCES.popitem(last=False)
+    _REFERENCES.move_to_end(path)
+    return ref
+
+
+def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path: str | None,
+            args_info: tuple, rtol: float, atol_scale: float) -> list[float]:
+    """Time one built candidate and check (when a reference is given) what it computed; its run
+    times in seconds. Runs in the runner worker; a wrong answer raises ``wrong answer: ...``."""
+    import tvm
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+    from collectors.correctness import Tolerance, compare
+
+    rt_mod = tvm.runtime.load_module(artifact_path)
+    device = tvm.runtime.device(device_type, 0)
+    if reference_path is None:
+        from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
+
+        return run_evaluator_common(rt_mod, device, evaluator, default_alloc_argument(device, list(args_info), 1))
+    ref = _reference(reference_path)
+    args = [tvm.runtime.tensor(a, device=device) for a in ref.inputs]
+    costs = run_evaluator_common(rt_mod, device, evaluator, [args])
+    device.sync()
+    err = compare([a.numpy() for a in args], ref.outputs, Tolerance(rtol, atol_scale))
+    if err is not None:
+        raise RuntimeError(err)
+    return costs
+
+
+class _Worker:
+    """The one measurement worker per (timeout, initializer) in this process, stopped at exit."""
+
+    _lock = threading.Lock()
+    _workers: dict[tuple, Any] = {}
+
+    @classmethod
+    def get(cls, timeout_s: float, initializer: Callable[[], None] | None) -> Any:
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        key = (float(timeout_s), initializer)
+        with cls._lock:
+            pool = cls._workers.get(key)
+            if pool is None:
+                pool = cls._workers[key] = PopenPoolExecutor(max_workers=1, timeout=timeout_s,
+                                                             initializer=initializer)
+            return pool
+
+    @classmethod
+    def shutdown_all(cls) -> None:
+        with cls._lock:
+            pools, cls._workers = list(cls._workers.values()), {}
+        for pool in pools:
+            pool.shutdown(wait=True)
+
+
+def shutdown_runners() -> None:
+    """Stop every runner worker of this process (also done at interpreter exit)."""
+    _Worker.shutdown_all()
+
+
+atexit.register(shutdown_runners)
+
+
+def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, timeout_s: float = 30.0,
+                        initializer: Callable[[], None] | None = None, rtol: float | None = None,
+                        atol_scale: float | None = None) -> Any:
+    """A ``PyRunner`` checking each candidate against ``reference_path`` (an ``.npz`` of
+    ``collectors.correctness.Reference``) and timing it with ``evaluator_config``."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner
+    from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
+
+    from collectors.correctness import Tolerance, error_from_runner
+
+    tol = Tolerance()
+    rtol = tol.rtol if rtol is None else rtol
+    atol_scale = tol.atol_scale if atol_scale is None else atol_scale
+
+    @derived_object
+    class CheckedRunner(PyRunner):
+        """MetaSchedule's runner protocol: one exclusive, checked measurement at a time."""
+
+        def __init__(self) -> None:
+            super().__init__()
+
+        def run(self, runner_inputs: list) -> list:
+            pool = _Worker.get(timeout_s, initializer)
+            futures = []
+            for inp in runner_inputs:
+                job = pool.submit(run_one, str(inp.artifact_path), str(inp.device_type), evaluator_config,
+                                  reference_path, tuple(a.as_json() for a in inp.args_info), rtol, atol_scale)
+                try:
+                    futures.append(LocalRunnerFuture(res=[float(x) for x in job.result()], error_message=None))
+                except TimeoutError:
+                    futures.append(LocalRunnerFuture(error_message=f"timeout: killed after {timeout_s} seconds"))
+                except ChildProcessError:
+                    futures.append(LocalRunnerFuture(error_message="crash: the measuring process died"))
+                except Exception as exc:  # noqa: BLE001 - the candidate's error, as data
+                    futures.append(LocalRunnerFuture(error_message=error_from_runner(str(exc)) or type(exc).__name__))
+            return futures
+
+    return CheckedRunner()
