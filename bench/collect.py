@@ -191,9 +191,13 @@ def worker_start_costs() -> dict:
             "worker_start_light_intrinsics_s": timed("import collectors.fast_import as f; f.install()")}
 
 
-def repeat_spread(task: Any, hw: Any, trace_json: str, values: tuple[int, ...], n: int = 10) -> dict:
-    """Run-to-run spread ((max - min) / median over ``n`` separate measurements) of one tuned
-    schedule's latency for each ``min_repeat_ms``, and the seconds one measurement costs."""
+def repeat_spread(task: Any, hw: Any, trace_json: str, values: tuple[int, ...], n: int = 20) -> dict:
+    """Run-to-run spread of one tuned schedule's latency for each ``min_repeat_ms``: ``n``
+    separate measurements per value, the values interleaved round-robin so that drift on a
+    shared machine hits them alike. ``spread`` = (p90 - p10) / median (one preempted run does not
+    decide it); ``max_min`` = (max - min) / median is kept beside it; and the seconds one
+    measurement costs."""
+    import numpy as np
     import tvm
     from tvm.driver import build as tvm_build
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
@@ -206,17 +210,42 @@ def repeat_spread(task: Any, hw: Any, trace_json: str, values: tuple[int, ...], 
     lib = tvm_build(sch.mod, target=hw.tvm_target())
     dev = tvm.cpu(0)
     args = [tvm.runtime.tensor(a, device=dev) for a in make_reference(task.mod).inputs]
-    out = {}
-    for ms_ in values:
-        lats, cost = [], []
-        for _ in range(n):
+    lats: dict[int, list[float]] = {v: [] for v in values}
+    cost: dict[int, list[float]] = {v: [] for v in values}
+    for _ in range(n):
+        for v in values:
             t = time.perf_counter()
-            lats.append(statistics.median(run_evaluator_common(lib, dev, evaluator_config(ms_), [args])))
-            cost.append(time.perf_counter() - t)
-        med = statistics.median(lats)
-        out[str(ms_)] = {"median_latency_s": med, "spread": (max(lats) - min(lats)) / med,
-                         "cv": statistics.pstdev(lats) / statistics.mean(lats), "seconds_per_measurement": statistics.median(cost)}
+            lats[v].append(statistics.median(run_evaluator_common(lib, dev, evaluator_config(v), [args])))
+            cost[v].append(time.perf_counter() - t)
+    out = {}
+    for v in values:
+        a = np.asarray(lats[v])
+        med = float(np.median(a))
+        out[str(v)] = {"median_latency_s": med, "spread": float(np.percentile(a, 90) - np.percentile(a, 10)) / med,
+                       "max_min": float(a.max() - a.min()) / med, "cv": float(a.std() / a.mean()),
+                       "seconds_per_measurement": statistics.median(cost[v]), "n": n}
     return out
+
+
+def spread_only(out_path: str, seed: int) -> int:
+    """Re-measure only the min_repeat_ms spread (a 64-trial conv2d tune, then the study) into
+    an existing results file."""
+    from collectors.hardware import detect_hardware
+    from collectors.tuner import pin_tvm_threads
+    from storage import Corpus
+
+    hw = detect_hardware("cpu")
+    pin_tvm_threads(hw.cores)
+    conv = pick_tasks(hw)[0]
+    with tempfile.TemporaryDirectory(prefix="bench-corpus-") as d:
+        best = run_ours(conv, hw, Corpus.open(d), 64, 20, seed)
+    with open(out_path) as f:
+        out = json.load(f)
+    out["min_repeat_ms_spread"] = repeat_spread(conv, hw, best["best_trace_json"], (1, 5, 10, 20, 50, 100))
+    out["min_repeat_ms_spread_task"] = {"task": conv.task_name, "best_latency_s_in_tuning": best["best_latency_s"]}
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1, default=str)
+    return 0
 
 
 def pick_tasks(hw: Any) -> list:
@@ -235,9 +264,12 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: TuneConfig's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench/results/collect.json")
+    p.add_argument("--spread-only", action="store_true", help="re-measure only the min_repeat_ms spread into --out")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    if args.spread_only:
+        return spread_only(args.out, args.seed)
 
     from dataclasses import asdict
 
@@ -297,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_vs_tune_tir_by_trials": {str(t): ratio(t) for t in budgets},
         "ratio_vs_tune_tir_light": ratio(args.light_at, "plain_light") if args.light_at in budgets else None,
         "rows": rows, "stage_costs": stages, "min_repeat_ms_spread": spread,
+        "min_repeat_ms_spread_task": {"task": tasks[0].task_name, "best_latency_s_in_tuning": best["ours"]["best_latency_s"]},
         "wall_s": time.perf_counter() - t_all,
         "note": "shared 2-core machine: compare ratios from the same run; plain = MetaSchedule's LocalBuilder "
                 "(a fresh pool per batch, .tar artifacts) and LocalRunner (links each .tar), no correctness check",

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Collects the seed corpus (data/corpus/) with the project's own `tlm collect` on a local Ray:
+# every task of the six zoo models at the paper's shapes (batch 1, 224x224 images, sequence 128),
+# MetaSchedule's evolutionary search at 64 trials per task, then replay-trace samples (random
+# valid programs) for diversity. Resumable: a unit (task, hardware, tuner, trials) already done
+# is skipped, so run it again after a stop, on any machine (its CPU gives its own hardware key).
+#
+# Usage: scripts/collect_seed.sh [CORPUS_DIR]        (default data/corpus; log in work/seed-logs/)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CORPUS=${1:-data/corpus}
+MODELS=${MODELS:-"resnet50 mobilenetv2 efficientnet_b0 bert_base gpt2 llama7b_layer"}
+EVO_TRIALS=${EVO_TRIALS:-64}
+REPLAY_TRIALS=${REPLAY_TRIALS:-16}
+LOGS=work/seed-logs
+mkdir -p "$LOGS" "$CORPUS"
+export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+status=0
+for strategy in evolutionary replay-trace; do
+  trials=$EVO_TRIALS
+  [[ $strategy == replay-trace ]] && trials=$REPLAY_TRIALS
+  for model in $MODELS; do
+    echo "== $(date -u +%FT%TZ) $model $strategy $trials trials" | tee -a "$LOGS/seed.log"
+    .venv/bin/tlm collect --model "$model" --strategy "$strategy" --trials "$trials" \
+      --seq-len 128 --corpus "$CORPUS" --no-progress >>"$LOGS/$model-$strategy.log" 2>&1 || status=1
+    tail -n 3 "$LOGS/$model-$strategy.log" | tee -a "$LOGS/seed.log"
+  done
+done
+exit $status
