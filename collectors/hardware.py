@@ -286,7 +286,7 @@ class NotRunnableHere(RuntimeError):
 _TUNING_PREFIXES = ("fast-", "slow-", "tuning-", "no-bypass-delay", "prefer-", "allow-light-",
                     "idivq-to-divl", "idivl-to-divb", "branchfusion", "macrofusion", "sbb-dep-breaking",
                     "lea-", "pad-short-functions", "false-deps-", "use-", "vzeroupper",
-                    "insert-vzeroupper", "ermsb", "fsrm", "fast")
+                    "insert-vzeroupper", "ermsb", "fsrm")
 
 
 def _instruction_features(features: frozenset[str]) -> frozenset[str]:

@@ -203,18 +203,24 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
             "tuner": config.strategy, "tuner_params": json.dumps(params, sort_keys=True),
             "run_id": run_id, "node": socket.gethostname(), "tvm_version": tvm_version(),
         }
-        recorder = _make_recorder(sketches, base, summary, on_records, progress, config.trials)
-        with _InterruptGuard() as guard:
-            guard.run(
-                ms.tune.tune_tasks,
-                tasks=[ctx], task_weights=[1.0], work_dir=work_dir,
-                max_trials_global=config.trials, max_trials_per_task=config.trials,
-                num_trials_per_iter=min(config.trials_per_iter, config.trials),
-                builder=builder, runner=runner, database=ms.database.MemoryDatabase(),
-                cost_model=config.resolved_cost_model,
-                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), recorder],
-                task_scheduler="gradient",
-            )
+        emit = functools.partial(_emit_batch, base, sketches, summary, on_records, progress, config.trials)
+        recorder = _make_recorder(emit)
+        if not any(len(sk.trace.decisions) for sk in sketches):
+            # Nothing to search: the sketches are the whole space. MetaSchedule's search would
+            # retry its population for ~20 s to find the one program again (elementwise tasks).
+            _measure_as_they_are(sketches, task, hardware, builder, runner, emit)
+        else:
+            with _InterruptGuard() as guard:
+                guard.run(
+                    ms.tune.tune_tasks,
+                    tasks=[ctx], task_weights=[1.0], work_dir=work_dir,
+                    max_trials_global=config.trials, max_trials_per_task=config.trials,
+                    num_trials_per_iter=min(config.trials_per_iter, config.trials),
+                    builder=builder, runner=runner, database=ms.database.MemoryDatabase(),
+                    cost_model=config.resolved_cost_model,
+                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), recorder],
+                    task_scheduler="gradient",
+                )
         if recorder.pending_exc is not None:  # an exception in on_records (e.g. Ctrl-C)
             raise recorder.pending_exc
     finally:
@@ -228,6 +234,31 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
     logger.debug("tuned %s on %s: %d records, best %s s", task.task_name, hardware.key,
                  summary.records, summary.best_latency_s)
     return summary
+
+
+def _measure_as_they_are(sketches: list, task: Task, hardware: Hardware, builder: Any, runner: Any,
+                         emit: Callable[..., None]) -> None:
+    """Build, run and record each sketch of a space without decisions (postprocessed, as the
+    search would have), through the same builder, runner and recorder as a search."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    from tvm.s_tir.meta_schedule.utils import remove_build_dir
+
+    from collectors.sketches import refusing_postproc
+
+    cands = [MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+             for sch in (sk.copy() for sk in sketches) if refusing_postproc(sch, task, hardware) is None]
+    builds = builder.build([BuilderInput(c.sch.mod, hardware.tvm_target()) for c in cands])
+    device = "cuda" if hardware.kind == "cuda" else "cpu"
+    ok = [(c, b) for c, b in zip(cands, builds) if b.error_msg is None]
+    ran = iter(runner.run([RunnerInput(b.artifact_path, device, c.args_info) for c, b in ok]))
+    runs = [next(ran).result() if b.error_msg is None else RunnerResult(None, "not run: build failed") for b in builds]
+    emit(cands, builds, runs)
+    for b in builds:
+        if b.artifact_path:
+            remove_build_dir(b.artifact_path)
 
 
 class _InterruptGuard:
@@ -276,7 +307,20 @@ class _InterruptGuard:
             raise
 
 
-def _make_recorder(sketches, base, summary, on_records, progress, total):
+def _emit_batch(base, sketches, summary, on_records, progress, total, measure_candidates, builder_results,
+                runner_results) -> None:
+    """One measured batch: its Records, the summary, ``on_records`` and ``progress``."""
+    records = [_record(base, sketches, cand, b, r)
+               for cand, b, r in zip(measure_candidates, builder_results, runner_results)]
+    _update_summary(summary, records)
+    if on_records is not None:
+        on_records(records)
+    if progress is not None:
+        progress(summary.records, total, summary.best_latency_s)
+
+
+def _make_recorder(emit: Callable[..., None]):
+    """The measure callback that hands every batch MetaSchedule measured to ``emit``."""
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
     from tvm.ir.utils import derived_object
 
@@ -291,15 +335,7 @@ def _make_recorder(sketches, base, summary, on_records, progress, total):
             if self.pending_exc is not None:
                 return
             try:
-                records = [
-                    _record(base, sketches, cand, b, r)
-                    for cand, b, r in zip(measure_candidates, builder_results, runner_results)
-                ]
-                _update_summary(summary, records)
-                if on_records is not None:
-                    on_records(records)
-                if progress is not None:
-                    progress(summary.records, total, summary.best_latency_s)
+                emit(measure_candidates, builder_results, runner_results)
             except BaseException as exc:  # noqa: BLE001 - re-raised after MetaSchedule returns
                 # An exception cannot cross the C++ callback boundary cleanly: remember it, and
                 # stop the scheduler from asking for more by exhausting the task.

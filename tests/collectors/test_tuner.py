@@ -130,3 +130,20 @@ def test_reference_keeps_read_only_buffers_once(matmul_mod, tmp_path):
     for a, b in zip(back.outputs, ref.outputs):
         np.testing.assert_array_equal(a, b)
     assert compare(back.outputs, ref.outputs) is None
+
+
+def test_a_space_without_decisions_is_measured_as_it_is(cpu_hw):
+    """An elementwise task's sketches sample nothing: each is built, run, checked and recorded
+    once, through the same builder, runner and records as a search."""
+    from collectors.sketches import design_space
+    from collectors.workloads import relu
+
+    mod = relu(4096)
+    sketches = design_space(mod, cpu_hw)
+    assert not any(len(sk.trace.decisions) for sk in sketches), "the premise: nothing to decide"
+    records: list[Record] = []
+    summary = tune_task(Task("12" * 8, "relu4096", mod), cpu_hw, TuneConfig(trials=64), on_records=records.extend)
+    assert summary.records == len(records) == len(sketches)
+    for rec in records:
+        assert rec.error is None and rec.latency_s > 0 and rec.sketch_id in range(len(sketches))
+        assert "EnterPostproc" in rec.trace_json  # postprocessed, as a search's candidates are
