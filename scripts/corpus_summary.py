@@ -1,0 +1,55 @@
+"""Markdown summary of a corpus for its README: records per model and tuner, hardware keys,
+errors, and the best latency per task.
+
+    .venv/bin/python scripts/corpus_summary.py [CORPUS_DIR]      (default data/corpus)
+
+A workload that occurs in several models counts for each of them in the per-model table (the
+totals line counts each record once).
+"""
+from __future__ import annotations
+
+import collections
+import sys
+
+
+def main(root: str = "data/corpus") -> int:
+    import pyarrow.compute as pc
+
+    from storage import Corpus
+
+    with Corpus.open(root) as c:
+        table = c.scan(columns=["workload_key", "hardware_key", "tuner", "latency_s", "error", "created_at"])
+        workloads = {w["workload_key"]: w for w in c.workloads()}
+        runs = c.run_summaries()
+    rows = table.to_pylist()
+    per: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
+    best: dict[tuple[str, str], float] = {}
+    for r in rows:
+        models = workloads.get(r["workload_key"], {}).get("models") or {"?": 1}
+        for m in models:
+            per[(m, r["tuner"])][0 if r["error"] is None else 1] += 1
+        if r["latency_s"] is not None:
+            k = (r["workload_key"], r["hardware_key"])
+            best[k] = min(best.get(k, float("inf")), r["latency_s"])
+    print(f"{table.num_rows} records ({int(pc.sum(pc.is_valid(table['latency_s'])).as_py() or 0)} measured, "
+          f"{int(pc.sum(pc.is_valid(table['error'])).as_py() or 0)} errors) of {len({r['workload_key'] for r in rows})} "
+          f"workloads; hardware keys: {', '.join(sorted(set(table['hardware_key'].to_pylist())))}; "
+          f"collected {min(table['created_at'].to_pylist())} .. {max(table['created_at'].to_pylist())}\n")
+    print("| model | tuner | measured | errors |\n|---|---|---:|---:|")
+    for (m, t), (ok, err) in sorted(per.items()):
+        print(f"| {m} | {t} | {ok} | {err} |")
+    print("\n| run | status | tasks done | tasks failed | records | seconds |\n|---|---|---:|---:|---:|---:|")
+    for r in runs:
+        print(f"| {r['run_id'][:8]} | {r['status']} | {r['tasks_done']} | {r['tasks_failed']} | {r['records']} | "
+              f"{r['seconds']} |")
+    print("\n| task | models | MFLOP | hardware | best latency (us) | GFLOP/s |\n|---|---|---:|---|---:|---:|")
+    for (wk, hw), lat in sorted(best.items(), key=lambda kv: -(workloads.get(kv[0][0], {}).get("flops") or 0)):
+        w = workloads.get(wk, {})
+        flops = w.get("flops") or 0.0
+        print(f"| {w.get('task_name')} | {','.join(sorted(w.get('models') or {}))} | {flops / 1e6:.1f} | {hw} | "
+              f"{lat * 1e6:.1f} | {flops / lat / 1e9:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,42 @@
+"""The seed corpus shipped in data/corpus/ verifies: every part's checksum matches the index,
+no record is stored twice, and every record's workload and hardware are registered (a fast
+check of what is in the repository, not a re-collection)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "corpus"
+pytestmark = pytest.mark.skipif(not (DATA / "index.sqlite").exists(), reason="no shipped corpus in data/corpus")
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """A copy (verify must not touch the checkout: SQLite writes its journal beside the index)."""
+    root = tmp_path_factory.mktemp("shipped") / "corpus"
+    shutil.copytree(DATA, root, ignore=shutil.ignore_patterns("*.sqlite-wal", "*.sqlite-shm"))
+    return root
+
+
+def test_the_shipped_corpus_verifies_from_the_cli(shipped, capsys):
+    from cluster.cli import main
+
+    assert main(["corpus", "verify", "--corpus", str(shipped)]) == 0
+    assert capsys.readouterr().out.strip().endswith("OK")
+
+
+def test_the_shipped_corpus_has_unique_records_of_registered_workloads(shipped):
+    import pyarrow.compute as pc
+
+    from storage import Corpus
+
+    with Corpus.open(shipped) as c:
+        table = c.scan(columns=["record_id", "workload_key", "hardware_key", "latency_s", "error"])
+        assert table.num_rows > 0
+        assert pc.count_distinct(table["record_id"]).as_py() == table.num_rows
+        assert {w["workload_key"] for w in c.workloads()} >= set(table["workload_key"].unique().to_pylist())
+        assert all(c.hardware_info(k) for k in table["hardware_key"].unique().to_pylist())
+        ok = pc.is_valid(table["latency_s"])
+        assert pc.all(pc.xor(ok, pc.is_valid(table["error"]))).as_py(), "each record: a latency or an error"
