@@ -4,6 +4,8 @@
 # MetaSchedule's evolutionary search at 64 trials per task, then replay-trace samples (random
 # valid programs) for diversity. Resumable: a unit (task, hardware, tuner, trials) already done
 # is skipped, so run it again after a stop, on any machine (its CPU gives its own hardware key).
+# Stop it with Ctrl-C in a terminal, or with `kill` (SIGTERM) when it runs in the background:
+# background jobs of a shell ignore SIGINT. Every measured batch is already durable.
 #
 # Usage: scripts/collect_seed.sh [CORPUS_DIR]        (default data/corpus; log in work/seed-logs/)
 set -uo pipefail
