@@ -6,32 +6,18 @@ fixed CPU (``znver4_hw``): they encode and lower for it, and run nothing.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from tlm.dataset import DatasetConfig, build_datasets, dataset_stats
+from tests.tlm.helpers import MEASURED_RECORDS as DATA, measured_corpus
 from tlm.language import decode
-
-DATA = Path(__file__).parent / "data" / "measured_records.json"
 
 
 @pytest.fixture(scope="module")
 def corpus(tasks, znver4_hw, tmp_path_factory):
-    from storage import Corpus
-
-    root = tmp_path_factory.mktemp("corpus")
-    c = Corpus.open(root)
-    c.register_hardware(znver4_hw.key, target=znver4_hw.target, description="test CPU")
-    for name, model in (("matmul", "model_a"), ("softmax", "model_b")):
-        t = tasks[name]
-        c.register_workload(t.workload_key, task_name=t.task_name, tvmscript=t.tvmscript, op_kind=t.op_kind)
-        c.register_workload_model(t.workload_key, model=model, weight=1)
-    cols = ("workload_key", "hardware_key", "task_name", "sketch_id", "trace_json", "decisions_json",
-            "latency_s", "error", "tuner", "tuner_params", "tvm_version")
-    recs = json.loads(DATA.read_text())
-    c.append([{k: r[k] for k in cols} | {"run_secs": [r["latency_s"]]} for r in recs])
+    c = measured_corpus(tmp_path_factory.mktemp("corpus"), tasks, znver4_hw)
     yield c
     c.close()
 

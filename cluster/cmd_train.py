@@ -1,0 +1,129 @@
+"""``tlm train``: pretrain or fine-tune the tensor language model with Ray Train.
+
+    tlm train --stage pretrain --dataset DIR [--preset tiny|small|base] [--workers 2] [--gpu]
+    tlm train --stage finetune --hardware KEY --base MODEL_ID|shipped|DIR --dataset DIR
+
+``--dataset`` is a directory written by ``tlm dataset build`` (``pretrain.parquet`` for
+pretraining, ``finetune.parquet`` for fine-tuning); its ``split`` column holds out whole models.
+The model is saved under ``--out/<name>/`` and registered in the corpus's index (``tlm
+models``). ``--name`` names the run: starting the same name again resumes it from its newest
+checkpoint. Bad input (unknown preset, no rows for a hardware, unknown base) prints one
+``error:`` line and exits 2; ``-v`` shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from tlm.train import STAGES, WEIGHTINGS, TrainConfig
+
+    d = TrainConfig()
+    p = subparsers.add_parser("train", help="pretrain or fine-tune the TLM (Ray Train)", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stage", choices=STAGES, required=True, help="pretrain (all hardware) or finetune (one)")
+    p.add_argument("--dataset", required=True, metavar="DIR", help="directory written by `tlm dataset build`")
+    p.add_argument("--preset", default=d.preset, help="model shape: tiny, small (default) or base")
+    p.add_argument("--hardware", default=None, metavar="KEY", help="finetune: the hardware key to learn")
+    p.add_argument("--base", default=None, help="finetune: registered model id, 'shipped', or a model directory")
+    p.add_argument("--corpus", default=os.environ.get("TLM_CORPUS", "corpus"),
+                   help="corpus whose index registers the model (default: $TLM_CORPUS or ./corpus)")
+    p.add_argument("--index-url", default=os.environ.get("TLM_INDEX_URL"), help="SQL index URL of that corpus")
+    p.add_argument("--no-register", action="store_true", help="do not register the model in the index")
+    p.add_argument("--out", default="models", help="where finished models go (default ./models)")
+    p.add_argument("--name", default=None, help="run name = model id; the same name resumes a stopped run")
+    p.add_argument("--workers", type=int, default=2, help="DDP workers (default 2)")
+    p.add_argument("--gpu", action="store_true", help="one GPU per worker (nccl)")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray)")
+    p.add_argument("--epochs", type=float, default=d.epochs, help=f"passes over the data (default {d.epochs})")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="> 0: optimizer steps instead of epochs")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"sentences per worker per step (default {d.batch_size})")
+    p.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {d.lr}; finetune 3e-4)")
+    p.add_argument("--loss-weighting", choices=WEIGHTINGS, default=None,
+                   help="finetune: weight rows by best/latency (default latency for finetune, none for pretrain)")
+    p.add_argument("--eval-every", type=int, default=d.eval_every, help=f"steps between checkpoints (default {d.eval_every})")
+    p.add_argument("--max-failures", type=int, default=0, help="worker failures to recover from in one run")
+    p.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    p.set_defaults(func=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from storage import CorpusError
+
+    try:
+        cfg, job = _config(args)
+    except (ValueError, CorpusError) as exc:
+        if args.verbose:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from cluster.train_job import run_training
+
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    print(f"training run {job.name or '(new)'}: stage {cfg.stage}, {job.workers} worker(s); "
+          "rerun with the same --name to resume", file=sys.stderr)
+    try:
+        result = run_training(cfg, job)
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+        if args.verbose:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"model_id": result.model_id, "path": result.path, "wall_s": round(result.wall_s, 1),
+                      "metrics": result.metrics}, indent=2, default=str))
+    return 0
+
+
+def _config(args: argparse.Namespace):
+    """The TrainConfig and TrainJob the options describe; ValueError names a bad option."""
+    from cluster.train_job import TrainJob, data_file, resolve_base
+    from tlm.model import PRESETS
+    from tlm.train import TrainConfig
+
+    if args.preset not in PRESETS:
+        raise ValueError(f"unknown --preset {args.preset!r}; known: {', '.join(PRESETS)}")
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    finetune = args.stage == "finetune"
+    if finetune and not (args.hardware and args.base):
+        raise ValueError("--stage finetune needs --hardware KEY and --base MODEL_ID|shipped|DIR")
+    if args.hardware:
+        from storage.schema import check_hardware_key
+
+        check_hardware_key(args.hardware)
+    try:
+        data_file(args.dataset, args.stage)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
+    cfg = TrainConfig(
+        stage=args.stage, preset=args.preset, epochs=args.epochs, max_steps=args.max_steps,
+        batch_size=args.batch_size, lr=args.lr if args.lr is not None else (3e-4 if finetune else TrainConfig.lr),
+        loss_weighting=args.loss_weighting or ("latency" if finetune else "none"),
+        eval_every=args.eval_every, seed=args.seed, warmup_steps=5 if finetune else TrainConfig.warmup_steps,
+    )
+    base_path = base_id = None
+    register = not args.no_register
+    if finetune:
+        corpus = _open_corpus(args) if os.path.isdir(args.corpus) or "://" in args.corpus else None
+        try:
+            base_path, base_id = resolve_base(args.base, corpus)
+        finally:
+            if corpus is not None:
+                corpus.close()
+    job = TrainJob(dataset_dir=args.dataset, out_dir=args.out, name=args.name, workers=args.workers, gpu=args.gpu,
+                   hardware_key=args.hardware if finetune else None, base_path=base_path, base_model_id=base_id,
+                   corpus=args.corpus if register else None, index_url=args.index_url,
+                   max_failures=args.max_failures, address=args.address)
+    return cfg, job
+
+
+def _open_corpus(args: argparse.Namespace):
+    from storage import Corpus
+
+    return Corpus.open(args.corpus, index_url=args.index_url)

@@ -1,0 +1,119 @@
+"""`tlm train` through Ray Train V2: 2 DDP workers on CPU, registry, fine-tune, resume after a kill.
+
+Each ``fit()`` costs ~25 s of Ray start-up (FACTS-tvm-ray.md), so there are few: a pretrain
+with 2 workers and a fine-tune from it (one test), and a run killed mid-way then resumed.
+The sentences come from records measured on a fixed Zen 4; training only tokenizes them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.tlm.helpers import sentence_sets
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    return sentence_sets(tmp_path_factory.mktemp("train-job"))
+
+
+def _env() -> dict:
+    return {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+
+
+def test_pretrain_on_two_workers_registers_a_loadable_model_and_finetunes_from_it(sets, tmp_path, capsys):
+    from transformers import GPT2LMHeadModel
+
+    from cluster.cli import main
+    from storage import Corpus
+
+    dataset, corpus = sets
+    os.environ.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"})
+    out = tmp_path / "models"
+    rc = main(["train", "--stage", "pretrain", "--dataset", str(dataset), "--preset", "tiny", "--workers", "2",
+               "--max-steps", "4", "--eval-every", "2", "--batch-size", "2", "--corpus", str(corpus),
+               "--out", str(out), "--name", "pt"])
+    assert rc == 0
+    assert '"model_id": "pt"' in capsys.readouterr().out
+    model = GPT2LMHeadModel.from_pretrained(out / "pt", use_safetensors=True)
+    assert model.config.n_layer == 2
+    assert not list((out / "pt").glob("optimizer*")), "a finished model carries no optimizer state"
+    with Corpus.open(corpus) as c:
+        (row,) = c.models()
+        assert row["model_id"] == "pt" and row["hardware_key"] is None and row["path"] == str((out / "pt").resolve())
+        assert row["metrics"]["step"] == 4 and row["metrics"]["workers"] == 2
+        assert "eval_loss" in row["metrics"] and row["data_snapshot"].startswith("pretrain.parquet:sha256:")
+
+    rc = main(["train", "--stage", "finetune", "--hardware", "cpu-znver4-2c", "--base", "pt", "--dataset",
+               str(dataset), "--workers", "1", "--max-steps", "2", "--eval-every", "2", "--batch-size", "2",
+               "--corpus", str(corpus), "--out", str(out), "--name", "ft"])
+    assert rc == 0
+    with Corpus.open(corpus) as c:
+        ft = c.newest_model("cpu-znver4-2c")
+        assert ft["model_id"] == "ft" and ft["base_model_id"] == "pt"
+    info = json.loads((out / "ft" / "tlm_model.json").read_text())
+    assert info["stage"] == "finetune" and info["train"]["loss_weighting"] == "latency"
+    assert main(["models", "--corpus", str(corpus)]) == 0
+    listing = capsys.readouterr().out
+    assert "ft" in listing and "cpu-znver4-2c" in listing and "pt" in listing
+
+
+def test_bad_training_options_are_one_line_errors(sets, tmp_path, capsys):
+    from cluster.cli import main
+
+    dataset, corpus = sets
+    cases = [
+        (["--stage", "pretrain", "--preset", "huge"], "unknown --preset 'huge'"),
+        (["--stage", "finetune", "--hardware", "cpu-znver4-2c"], "needs --hardware KEY and --base"),
+        (["--stage", "finetune", "--hardware", "cpu-znver4-2c", "--base", "nope"], "unknown base model 'nope'"),
+        (["--stage", "finetune", "--hardware", "Bad Key", "--base", "x"], "hardware key 'Bad Key'"),
+        (["--stage", "pretrain", "--workers", "0"], "--workers must be >= 1"),
+    ]
+    for extra, message in cases:
+        rc = main(["train", "--dataset", str(dataset), "--corpus", str(corpus), "--out", str(tmp_path), *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and message in err and "Traceback" not in err, (extra, err)
+    rc = main(["train", "--stage", "pretrain", "--dataset", str(tmp_path / "none"), "--out", str(tmp_path)])
+    assert rc == 2 and "tlm dataset build" in capsys.readouterr().err
+
+
+def test_a_killed_training_run_resumes_from_its_last_checkpoint(sets, tmp_path):
+    dataset, corpus = sets
+    out = tmp_path / "models"
+    cmd = [sys.executable, "-m", "cluster.cli", "train", "--stage", "pretrain", "--dataset", str(dataset),
+           "--preset", "tiny", "--workers", "1", "--max-steps", "3000", "--eval-every", "5", "--batch-size", "2",
+           "--no-register", "--out", str(out), "--name", "killed"]
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(cmd, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    run_dir = out / ".train-runs" / "killed"
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(run_dir.glob("checkpoint_*/train_state.json")):
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        time.sleep(0.5)
+    time.sleep(2)  # let it go on past the first checkpoint
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray and the workers: nothing shuts down cleanly
+    proc.wait(timeout=60)
+    steps = {json.loads(p.read_text())["step"] for p in run_dir.glob("checkpoint_*/train_state.json")}
+    saved = max(steps)
+    assert saved >= 5 and not (out / "killed").exists()
+
+    job = json.loads((run_dir / "job.json").read_text())
+    job["total_steps"] = saved + 5  # finish soon after the resumed step (the saved spec is what a rerun uses)
+    (run_dir / "job.json").write_text(json.dumps(job))
+    again = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    text = again.stdout + again.stderr
+    resumed = [int(line.split("resumed at step ")[1].split()[0]) for line in text.splitlines() if "resumed at step " in line]
+    assert resumed and resumed[0] in steps, text[-3000:]  # the newest checkpoint Ray had recorded
+    state = json.loads((out / "killed" / "tlm_model.json").read_text())
+    assert state["final_metrics"]["step"] == saved + 5
