@@ -8,17 +8,20 @@
 # background jobs of a shell ignore SIGINT. Every measured batch is already durable.
 #
 # Usage: scripts/collect_seed.sh [CORPUS_DIR]        (default data/corpus; log in work/seed-logs/)
+# Environment: MODELS (the order models are taken in), STRATEGIES (default "evolutionary
+# replay-trace"), EVO_TRIALS (64), REPLAY_TRIALS (128).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=${1:-data/corpus}
 MODELS=${MODELS:-"resnet50 mobilenetv2 efficientnet_b0 bert_base gpt2 llama7b_layer"}
 EVO_TRIALS=${EVO_TRIALS:-64}
-REPLAY_TRIALS=${REPLAY_TRIALS:-16}
+REPLAY_TRIALS=${REPLAY_TRIALS:-128}
+STRATEGIES=${STRATEGIES:-"evolutionary replay-trace"}
 LOGS=work/seed-logs
 mkdir -p "$LOGS" "$CORPUS"
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 status=0
-for strategy in evolutionary replay-trace; do
+for strategy in $STRATEGIES; do
   trials=$EVO_TRIALS
   [[ $strategy == replay-trace ]] && trials=$REPLAY_TRIALS
   for model in $MODELS; do

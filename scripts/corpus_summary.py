@@ -42,13 +42,29 @@ def main(root: str = "data/corpus") -> int:
     for r in runs:
         print(f"| {r['run_id'][:8]} | {r['status']} | {r['tasks_done']} | {r['tasks_failed']} | {r['records']} | "
               f"{r['seconds']} |")
-    print("\n| task | models | MFLOP | hardware | best latency (us) | GFLOP/s |\n|---|---|---:|---|---:|---:|")
+    eager = _torch_eager()
+    print("\n| task | models | MFLOP | hardware | best latency (us) | GFLOP/s | PyTorch eager (us) | eager / best |"
+          "\n|---|---|---:|---|---:|---:|---:|---:|")
     for (wk, hw), lat in sorted(best.items(), key=lambda kv: -(workloads.get(kv[0][0], {}).get("flops") or 0)):
         w = workloads.get(wk, {})
         flops = w.get("flops") or 0.0
+        e = eager.get((wk, hw))
+        cols = f"{e * 1e6:.1f} | {e / lat:.2f}" if e else "- | -"
         print(f"| {w.get('task_name')} | {','.join(sorted(w.get('models') or {}))} | {flops / 1e6:.1f} | {hw} | "
-              f"{lat * 1e6:.1f} | {flops / lat / 1e9:.1f} |")
+              f"{lat * 1e6:.1f} | {flops / lat / 1e9:.1f} | {cols} |")
     return 0
+
+
+def _torch_eager(path: str = "bench/results/torch_ops.json") -> dict:
+    """(workload, hardware) -> PyTorch eager seconds, from ``python -m bench.torch_ops`` (if run)."""
+    import json
+    import os
+
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        rows = json.load(f)["tasks"]
+    return {(r["workload_key"], r["hardware_key"]): r["torch_eager_s"] for r in rows if r.get("torch_eager_s")}
 
 
 if __name__ == "__main__":

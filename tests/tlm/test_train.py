@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.tlm.helpers import sentence_sets
-from tlm.model import PRESETS, build_model, context_length, load_model, model_config
+from tlm.model import PRESETS, build_model, context_length, decision_logprobs, load_model, model_config
 from tlm.tokenizer import build_tokenizer
 from tlm.train import IGNORE, LocalSession, TrainConfig, encode_batch, masked_loss, train_loop_per_worker
 
@@ -111,6 +111,10 @@ def test_the_loop_memorises_a_tiny_set_and_resumes_from_its_checkpoint(sets, tok
     out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
     _, _, correct, counted = masked_loss(out.logits, b["labels"], b["weights"])
     assert int(correct) / int(counted) > 0.9
+    # ... and its decisions are what the model finds likely (the score the generator ranks by)
+    scores = decision_logprobs(model, tok, [r["text"] for r in train], [r["prompt_len"] for r in train])
+    assert [n for _, n in scores] == [len(r["text"].split()) - r["prompt_len"] for r in train]
+    assert all(s / n > -0.1 for s, n in scores), scores
 
     # resuming from the first checkpoint continues at its step, with its optimizer state
     again = LocalSession({"train": train, "test": sets["test"]}, str(tmp_path / "ckpt2"),

@@ -1,0 +1,126 @@
+"""The corpus's best schedule per task against PyTorch eager on the same operator.
+
+    .venv/bin/python -m bench.torch_ops [--corpus data/corpus] [--op-kinds matmul,conv2d]
+
+For every workload of the given op kinds on a hardware key this machine can run: rebuild the
+task from the index, compute its reference output (the unscheduled PrimFunc on random inputs),
+find the PyTorch call that reproduces that output (a candidate is accepted only if it matches
+to the correctness check's tolerance: the mapping is verified, not guessed from the name),
+and time it eagerly with the key's core count as threads (median of 30 after 5 warm-up
+calls). The corpus latency is MetaSchedule's evaluator's (what every record holds), so the
+ratio compares two timings of the same operator on the same machine, taken in different
+processes. Tasks without a verified PyTorch equivalent are listed with the reason.
+
+JSON to ``bench/results/torch_ops.json``; ``scripts/corpus_summary.py`` adds it to the README table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import time
+from typing import Any
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results", "torch_ops.json")
+log = logging.getLogger("bench.torch_ops")
+
+
+def torch_equivalent(op_kind: str, ref: Any) -> tuple[Any, str]:
+    """``(fn on torch tensors, description)`` reproducing the reference output, or ``(None, reason)``."""
+    import torch
+    import torch.nn.functional as F
+
+    from collectors.correctness import compare
+
+    ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]]
+    expected = ref.outputs[-1]
+    cands: list[tuple[str, Any]] = []
+    if op_kind == "matmul" and len(ins) >= 2:
+        cands += [("a @ b", lambda a, b, *r: a @ b), ("a @ b.T", lambda a, b, *r: a @ b.transpose(-1, -2))]
+        if len(ins) == 3:
+            cands += [("a @ b + c", lambda a, b, c: a @ b + c),
+                      ("a @ b.T + c", lambda a, b, c: a @ b.transpose(-1, -2) + c)]
+    elif op_kind == "conv2d" and len(ins) == 2 and ins[0].dim() == 4 and ins[1].dim() == 4:
+        groups = {1, int(ins[0].shape[1])}
+        for g in sorted(groups):
+            for stride in (1, 2):
+                for pad in range(0, 4):
+                    cands.append((f"conv2d(stride={stride}, padding={pad}, groups={g})",
+                                  lambda x, w, s=stride, p=pad, g=g: F.conv2d(x, w, stride=s, padding=p, groups=g)))
+    else:
+        return None, f"no PyTorch mapping tried for op kind {op_kind!r} with {len(ins)} inputs"
+    for desc, fn in cands:
+        try:
+            with torch.inference_mode():
+                got = fn(*ins)
+        except RuntimeError:  # a candidate of the wrong shape
+            continue
+        if tuple(got.shape) == expected.shape and compare([got.numpy()], [expected]) is None:
+            return fn, desc
+    return None, "no candidate PyTorch call reproduced the task's output"
+
+
+def main() -> None:
+    import torch
+
+    from collectors.compile import time_torch
+    from collectors.correctness import make_reference
+    from collectors.hardware import NotRunnableHere, check_runs_here, hardware_from_index
+    from collectors.tasks import task_from_index
+    from storage import Corpus
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default="data/corpus")
+    ap.add_argument("--op-kinds", default="matmul,conv2d")
+    ap.add_argument("--out", default=RESULTS)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    kinds = set(args.op_kinds.split(","))
+    rows, t0 = [], time.time()
+    with Corpus.open(args.corpus) as c:
+        workloads = [w for w in c.workloads() if w.get("op_kind") in kinds]
+        for key in sorted(c.stats()["by_hardware"]):
+            info = c.hardware_info(key)
+            hw = hardware_from_index(key, info["target"], info.get("description") or "")
+            try:
+                check_runs_here(hw)
+            except NotRunnableHere as exc:
+                log.info("skipping %s: %s", key, exc)
+                continue
+            by_workload: dict[str, list[float]] = {}
+            for r in c.scan({"hardware_key": key}, columns=["workload_key", "latency_s"]).to_pylist():
+                if r["latency_s"] is not None:
+                    by_workload.setdefault(r["workload_key"], []).append(r["latency_s"])
+            for w in workloads:
+                lats = by_workload.get(w["workload_key"], [])
+                if not lats:
+                    continue
+                task = task_from_index(w)
+                ref = make_reference(task.mod)
+                fn, desc = torch_equivalent(task.op_kind, ref)
+                row = {"task": task.task_name, "workload_key": w["workload_key"], "op_kind": task.op_kind,
+                       "models": sorted(w.get("models") or {}), "hardware_key": key, "flops": w.get("flops"),
+                       "best_latency_s": min(lats), "records": len(lats), "torch": desc}
+                if fn is not None:
+                    ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]]
+                    eager = time_torch(fn, ins, threads=int(hw.target.get("num-cores", hw.cores)))
+                    row |= {"torch_eager_s": eager, "eager_over_best": eager / min(lats)}
+                log.info("%s %s: best %.1f us, %s", key, task.task_name, min(lats) * 1e6,
+                         f"eager {row['torch_eager_s'] * 1e6:.1f} us ({desc})" if fn else desc)
+                rows.append(row)
+    ratios = [r["eager_over_best"] for r in rows if "eager_over_best" in r]
+    res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]},
+           "corpus": os.path.abspath(args.corpus), "op_kinds": sorted(kinds), "wall_s": round(time.time() - t0, 1),
+           "tasks": rows, "mapped": len(ratios), "unmapped": len(rows) - len(ratios),
+           "geomean_eager_over_best": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2)
+    print(f"{len(ratios)} of {len(rows)} tasks mapped to PyTorch; geomean eager/best = {res['geomean_eager_over_best']}")
+
+
+if __name__ == "__main__":
+    main()

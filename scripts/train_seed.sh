@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Trains the shipped `small` TLM on the seed corpus (data/corpus): sentence sets with two whole
+# models held out (MobileNetV2, a CNN family, and BERT-base, a transformer family; a workload
+# they share with another model is held out too), a pretraining run on sampled programs of
+# every task, then a fine-tune on this hardware's fastest measured schedules. Both go to
+# models/<name>/ (safetensors, tokenizer, tlm_model.json). Resumable: a stopped step reruns
+# with the same --name and continues from its newest checkpoint; a finished step is skipped.
+#
+# Usage: scripts/train_seed.sh [HARDWARE_KEY]   (default: the one key of data/corpus)
+# Environment: PER_SKETCH (16), PRE_EPOCHS (2), FT_EPOCHS (4), WORKERS (2), HELD_OUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CORPUS=data/corpus
+SETS=work/sets-seed
+PER_SKETCH=${PER_SKETCH:-16}
+PRE_EPOCHS=${PRE_EPOCHS:-2}
+FT_EPOCHS=${FT_EPOCHS:-4}
+WORKERS=${WORKERS:-2}
+HELD_OUT=${HELD_OUT:-mobilenetv2,bert_base}
+KEY=${1:-$(.venv/bin/tlm corpus stats --corpus $CORPUS --json | .venv/bin/python -c 'import json,sys; print(*json.load(sys.stdin)["by_hardware"])')}
+PRE=tlm-small-pretrain
+FT=tlm-small-${KEY#cpu-}
+export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+mkdir -p work
+if [[ ! -f $SETS/finetune.parquet ]]; then
+  .venv/bin/tlm dataset build --corpus $CORPUS --out $SETS --per-sketch "$PER_SKETCH" --top-k 4 --held-out "$HELD_OUT"
+fi
+[[ -f models/$PRE/model.safetensors ]] || .venv/bin/tlm train --stage pretrain --dataset $SETS --preset small \
+  --workers "$WORKERS" --epochs "$PRE_EPOCHS" --out models --name $PRE --no-register
+[[ -f models/$FT/model.safetensors ]] || .venv/bin/tlm train --stage finetune --hardware "$KEY" --base models/$PRE \
+  --dataset $SETS --workers "$WORKERS" --epochs "$FT_EPOCHS" --out models --name "$FT" --no-register
+rm -rf models/.train-runs
+echo "models/$PRE and models/$FT are ready"
