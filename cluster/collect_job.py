@@ -149,6 +149,10 @@ def run_collection(
             for o in outcomes.values():
                 if o.status in ("failed", "unplaceable"):
                     corpus.set_task_status(o.workload_key, o.hardware_key, tuner, trials, o.status, run_id=run_id, records=0)
+                elif status == "interrupted" and o.status == "pending" and \
+                        corpus.task_status(o.workload_key, o.hardware_key, tuner, trials) == "running":
+                    # its collector was stopped with the job: say so (resume re-tunes it either way)
+                    corpus.set_task_status(o.workload_key, o.hardware_key, tuner, trials, "interrupted", run_id=run_id)
             corpus.finish_run(run_id, status)
         except Exception:  # noqa: BLE001 - never hide the job's own error behind this one
             log.exception("could not record the end of run %s", run_id)

@@ -27,6 +27,7 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
         return False
     if address:
         ray.init(address=address, log_to_driver=True)
+        _sigterm_interrupts()
         return True
     from cluster.resources import count_gpus, detect_node_hardware, node_resources
 
@@ -41,7 +42,24 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
         resources=resources,
         num_gpus=gpus or None,
     )
+    _sigterm_interrupts()
     return True
+
+
+def _sigterm_interrupts() -> None:
+    """Make SIGTERM stop the driver like Ctrl-C (KeyboardInterrupt), so a ``kill`` of a background
+    job is recorded as "interrupted". ``ray.init`` installs ``sys.exit`` for SIGTERM, which ended
+    a run as "failed" with its units left "running"."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def wait_for_keys(keys: Sequence[str], timeout_s: float) -> dict:

@@ -277,11 +277,11 @@ def train_loop_per_worker(config: dict) -> None:
         state = load_train_state(resume_dir) if resume_dir else None
         start = resume_dir if state else config.get("base_model_path")
         model = _load_weights(start) if start else build_model(mcfg, seed=cfg.seed)
+        model, device = _prepare(model, session)  # placed (and DDP-wrapped) before the optimizer sees it
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         if state:
             load_optimizer_state(resume_dir, optimizer)
     state = state or {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": []}
-    model, device = _prepare(model, session)
     if state["step"] and rank == 0:
         print(f"[train] resumed at step {state['step']} (epoch {state['epoch']})", flush=True)
 

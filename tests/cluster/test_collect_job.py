@@ -291,3 +291,55 @@ def test_a_node_that_joins_while_the_job_waits_for_its_hardware_is_used(ray_clus
     s = result["s"]
     assert s.status == "done" and s.missing_keys == []
     assert s.outcomes[0].node_id == node.node_id
+
+
+def test_sigterm_stops_a_local_job_as_an_interrupt_and_leaves_no_unit_running(tmp_path):
+    """`kill` of a background collection (shells give background jobs no SIGINT) is a stop like
+    Ctrl-C: exit 130, run "interrupted", no unit left "running" (it was "failed" and "running")."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from storage import Corpus
+
+    code = f"""
+import sys
+from collectors.tasks import Task
+from collectors.tuner import TuneConfig
+from collectors.workloads import matmul
+from cluster.collect_job import JobConfig, run_collection
+from collectors.tir import workload_key
+tasks = [Task(workload_key(m), f"matmul_{{n}}", m, flops=2.0 * n ** 3, op_kind="matmul")
+         for n, m in ((n, matmul(n, n, n)) for n in (16, 24, 32, 40))]
+cfg = TuneConfig(trials=64, trials_per_iter=2, strategy="replay-trace", number=1, repeat=1, min_repeat_ms=5)
+try:
+    run_collection(tasks, corpus_root={str(tmp_path)!r}, tune_config=cfg, config=JobConfig(progress=False, object_store_mb=80))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(tmp_path.glob("hardware=*/part-*.parquet")):
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:]
+    with Corpus.open(tmp_path) as c:
+        (run,) = c.runs()
+        assert run["status"] == "interrupted"
+        statuses = {c.task_status(t, h, "replay-trace", 64) for t, h in _units(c)}
+        assert "running" not in statuses and "interrupted" in statuses, statuses
+
+
+def _units(corpus):
+    import sqlalchemy as sa
+
+    from storage import index as ix
+
+    with ix.read(corpus.engine) as conn:
+        return [(r.workload_key, r.hardware_key) for r in conn.execute(sa.select(ix.task_status))]

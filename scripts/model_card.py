@@ -1,0 +1,60 @@
+"""Write the model card (README.md) of a trained model directory from what the directory holds.
+
+    .venv/bin/python scripts/model_card.py models/<id> [--held-out mobilenetv2,bert_base] [--command "..."]
+
+Every figure on the card is read from the directory's ``tlm_model.json`` (the configuration the
+model was built from, its training configuration, and the metrics of its last evaluation), so
+the card cannot drift from the model it describes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def card(path: str, held_out: str, command: str) -> str:
+    from tlm.model import read_model_info
+
+    info = read_model_info(path)
+    m, mc, tc = info.get("final_metrics", {}), info["model_config"], info.get("train", {})
+    name = os.path.basename(os.path.normpath(path))
+    size = os.path.getsize(os.path.join(path, "model.safetensors"))
+    lines = [
+        f"# {name}", "",
+        f"A tensor language model (`transformers.GPT2LMHeadModel`, preset `{mc['preset']}`: {mc['n_layer']} layers, "
+        f"{mc['n_head']} heads, width {mc['n_embd']}, {mc['n_positions']} positions, vocabulary {mc['vocab_size']}) "
+        f"that writes MetaSchedule decisions for a task's sketch. Weights: `model.safetensors` ({size / 2**20:.1f} MiB); "
+        "load with `GPT2LMHeadModel.from_pretrained(dir, use_safetensors=True)` or `tlm.model.load_model(dir)`.", "",
+        "| | |", "|---|---|",
+        f"| stage | {info.get('stage')} |",
+        f"| hardware key | {info.get('hardware_key') or 'every hardware of the corpus'} |",
+        f"| base model | {info.get('base_model_id') or '-'} |",
+        f"| data | `{os.path.relpath(info.get('data_file', '?'))}` (rows: {m.get('rows')}) |",
+        f"| held-out models (test split) | {held_out} |",
+        f"| steps | {m.get('step')} of {m.get('total_steps')} ({m.get('epoch', 0):.2f} epochs), {m.get('workers')} DDP workers |",
+        f"| loss weighting | {tc.get('loss_weighting')} |",
+        f"| held-out decision-token loss | {m.get('eval_loss', float('nan')):.4f} |",
+        f"| held-out decision-token accuracy | {m.get('eval_accuracy', float('nan')):.4f} |",
+        f"| last training loss | {m.get('train_loss', float('nan')):.4f} |",
+        f"| training throughput | {m.get('tokens_per_s_per_worker', 0):.0f} tokens/s per worker |",
+        "", "Loss and accuracy count decision tokens only (the prompt is given; padding is nothing), on the",
+        "sentences of tasks that occur in the held-out models, which were never trained on.", "",
+        "## Reproduce", "", "```sh", command, "```", "",
+        "Training configuration (from `tlm_model.json`):", "", "```json", json.dumps(tc, indent=2, sort_keys=True), "```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("path")
+    ap.add_argument("--held-out", default="mobilenetv2, bert_base")
+    ap.add_argument("--command", default="bash scripts/setup.sh && scripts/train_seed.sh")
+    args = ap.parse_args()
+    with open(os.path.join(args.path, "README.md"), "w") as f:
+        f.write(card(args.path, args.held_out, args.command))
+
+
+if __name__ == "__main__":
+    main()
