@@ -268,15 +268,29 @@ def _write_metrics(dest: str, metrics: dict) -> None:
         json.dump(info, f, indent=2, sort_keys=True)
 
 
-def resolve_base(base: str, corpus: Any | None) -> tuple[str, str]:
-    """``(path, model id)`` of a base model given as a registered id, ``shipped``, or a directory."""
+#: Where the repository ships its models (``--base shipped``).
+SHIPPED_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
+
+
+def resolve_base(base: str, corpus: Any | None, *, shipped_root: str = SHIPPED_MODELS) -> tuple[str, str]:
+    """``(path, model id)`` of a base model given as a registered id, ``shipped``, or a directory.
+
+    ``shipped`` is the pretrained model under ``models/`` (hardware-independent, the natural start
+    for a new machine), or the only shipped model if none is pretrained.
+    """
     if base == "shipped":
-        root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
-        found = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))
-                       and os.path.exists(os.path.join(root, d, "tlm_model.json"))) if os.path.isdir(root) else []
+        from tlm.model import read_model_info
+
+        found = []
+        for d in sorted(os.listdir(shipped_root)) if os.path.isdir(shipped_root) else []:
+            try:
+                found.append((read_model_info(os.path.join(shipped_root, d)).get("stage"), d))
+            except FileNotFoundError:
+                continue
         if not found:
-            raise ValueError(f"no shipped model under {root}")
-        return os.path.join(root, found[-1]), found[-1]
+            raise ValueError(f"no shipped model under {shipped_root}")
+        stage, name = next((f for f in found if f[0] == "pretrain"), found[-1])
+        return os.path.join(shipped_root, name), name
     if os.path.isdir(base):
         return base, os.path.basename(os.path.normpath(base))
     if corpus is not None:

@@ -117,3 +117,15 @@ def test_a_killed_training_run_resumes_from_its_last_checkpoint(sets, tmp_path):
     assert resumed and resumed[0] in steps, text[-3000:]  # the newest checkpoint Ray had recorded
     state = json.loads((out / "killed" / "tlm_model.json").read_text())
     assert state["final_metrics"]["step"] == saved + 5
+
+
+def test_shipped_base_is_the_pretrained_model(tmp_path):
+    from cluster.train_job import resolve_base
+
+    for name, stage in (("a-finetuned", "finetune"), ("b-pretrained", "pretrain"), ("c-finetuned", "finetune")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tlm_model.json").write_text(json.dumps({"stage": stage, "model_config": {}}))
+    (tmp_path / "not-a-model").mkdir()
+    assert resolve_base("shipped", None, shipped_root=str(tmp_path)) == (str(tmp_path / "b-pretrained"), "b-pretrained")
+    with pytest.raises(ValueError, match="no shipped model"):
+        resolve_base("shipped", None, shipped_root=str(tmp_path / "none"))
