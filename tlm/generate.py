@@ -1,0 +1,136 @@
+"""The generator: a trained TLM writes schedules for a task in one pass, valid as written.
+
+For every live sketch of the task's design space the sketch's prompt is fed to the model and
+the decisions are decoded under :class:`tlm.constrained.LegalTokensProcessor`, which leaves only
+words that keep the program valid; each finished sentence is then proven valid by
+:func:`tlm.constrained.apply_sentence` (TVM kept every decision; every postprocessor accepts).
+A sentence that fails that proof is a bug and raises: nothing is repaired, retried or dropped.
+
+Sketches: the prompt *contains* the sketch (the model is trained on decisions given a
+sketch, not on choosing one), so every live sketch is generated and the candidates are ranked
+by the model's mean log-probability per decision token (``Candidate.score``).
+
+* ``k == 1``: greedy decoding of every sketch (one batch, KV cache), best-ranked first:
+  deterministic, the same schedule run to run and process to process.
+* ``k > 1``: beam search with ``k`` beams per sketch (deterministic as well), all sketches'
+  beams pooled, duplicates removed, the ``k`` best kept.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from collectors.hardware import Hardware
+from collectors.tasks import Task
+from tlm.constrained import apply_sentence, make_logits_processor
+from tlm.language import EOS, PAD, live_sketches, prompt_tokens
+from tlm.space import build_space
+
+MAX_K = 64  # candidates one call may ask for
+
+
+@dataclass
+class Candidate:
+    """One generated schedule: its sentence, its likelihood under the model and its program."""
+
+    sketch_id: int
+    words: list[str]  # the whole sentence, [BOS] .. [EOS]
+    prompt_len: int
+    logprob: float  # sum of log-probabilities of the decision words (and [EOS]) given the prompt
+    n_tokens: int  # decision words counted in logprob
+    trace: Any = None  # tvm.s_tir.schedule.Trace: the sketch with these decisions
+    schedule: Any = None  # the postprocessed Schedule
+
+    @property
+    def score(self) -> float:
+        """Mean log-probability per decision word: comparable across sketches of different lengths."""
+        return self.logprob / max(1, self.n_tokens)
+
+    @property
+    def decisions(self) -> list[str]:
+        return self.words[self.prompt_len:]
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
+@dataclass
+class Generation:
+    """What :func:`generate` returns: ranked candidates and where the time went."""
+
+    task_name: str
+    workload_key: str
+    hardware_key: str
+    candidates: list[Candidate] = field(default_factory=list)  # best first
+    sketches: int = 0  # live sketches generated
+    generate_s: float = 0.0  # model.generate (all sketches)
+    check_s: float = 0.0  # proving each candidate valid (replay + postprocessors)
+
+
+def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1) -> Generation:
+    """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood."""
+    from tlm.model import decision_logprobs
+
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
+    space = build_space(task, hardware)
+    sketches = live_sketches(space)
+    out = Generation(task.task_name, task.workload_key, hardware.key, sketches=len(sketches))
+    if not sketches:
+        raise ValueError(f"{task.task_name} has no sketch that gives a valid program on {hardware.key}")
+    prompts = [prompt_tokens(space, sk) for sk in sketches]
+    t0 = time.perf_counter()
+    rows = _decode(model, tokenizer, task, hardware, prompts, k)
+    out.generate_s = time.perf_counter() - t0
+    seen, cands = set(), []
+    for i, new in rows:
+        words = prompts[i] + new
+        if tuple(words) in seen:
+            continue
+        seen.add(tuple(words))
+        cands.append(Candidate(sketch_id=sketches[i].sketch_id, words=words, prompt_len=len(prompts[i]),
+                               logprob=0.0, n_tokens=0))
+    texts = [c.text for c in cands]
+    for c, (lp, n) in zip(cands, decision_logprobs(model, tokenizer, texts, [c.prompt_len for c in cands])):
+        c.logprob, c.n_tokens = lp, n
+    cands.sort(key=lambda c: (-c.score, c.sketch_id, c.text))
+    t1 = time.perf_counter()
+    for c in cands[:k]:
+        program = apply_sentence(c.words, task, hardware)  # raises if the model wrote an invalid program
+        c.trace, c.schedule = program.trace, program.schedule
+    out.check_s = time.perf_counter() - t1
+    out.candidates = cands[:k]
+    return out
+
+
+def _decode(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts: list[list[str]],
+            k: int) -> list[tuple[int, list[str]]]:
+    """``(prompt index, generated words up to [EOS])`` for every returned sequence."""
+    import torch
+
+    batch = tokenizer([" ".join(p) for p in prompts], return_tensors="pt", padding=True)
+    width = batch["input_ids"].shape[1]
+    beams = 1 if k == 1 else k
+    # beam search keeps batch*beams rows, row r belonging to prompt r // beams
+    proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(beams)], width)
+    room = model.config.n_positions - width
+    if room < 2:
+        raise ValueError(f"the prompt of {task.task_name} has {width} tokens; the model reads at most "
+                         f"{model.config.n_positions}")
+    model.eval()
+    with torch.no_grad():
+        gen = model.generate(**batch, logits_processor=[proc], do_sample=False, num_beams=beams,
+                             num_return_sequences=beams, max_new_tokens=room, use_cache=True,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                             early_stopping=True if beams > 1 else False)
+    rows = []
+    for r in range(gen.shape[0]):
+        new = tokenizer.convert_ids_to_tokens(gen[r, width:].tolist())
+        if EOS not in new:
+            raise ValueError(f"{task.task_name}: a schedule did not finish within {room} words "
+                             f"(the model's context is too short for this task)")
+        new = new[: new.index(EOS) + 1]
+        rows.append((r // beams, [w for w in new if w != PAD]))
+    return rows
