@@ -154,7 +154,6 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
     check_runs_here(hardware)
     t0 = time.perf_counter()
     target = hardware.tvm_target()
-    is_cpu = hardware.kind == "cpu"
     install_for_target(target)
     from tvm.s_tir import meta_schedule as ms
 
@@ -178,38 +177,16 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
             search_strategy=config.strategy, task_name=task.task_name, rand_state=rand_state,
             num_threads=hardware.cores, logger=ms_logger,
         ).clone()
-        evaluator = ms.runner.EvaluatorConfig(
-            number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
-            enable_cpu_cache_flush=False,
-        )
-        reference_path = None
-        params = config.params()
-        if config.check_correctness:
-            try:
-                with ms.Profiler.timeit("tlm/Reference"):
-                    reference_path = make_reference(mod, seed=config.seed,
-                                                    path=os.path.join(work_dir, "reference.npz")).path
-            except Exception as exc:  # noqa: BLE001 - e.g. a dtype numpy cannot hold
-                # Tune anyway, but say so in every record: these latencies are unchecked.
-                logger.warning("no reference for %s (%s): its records are not checked", task.task_name, exc)
-                params["check_correctness"] = False
-                params["correctness_unavailable"] = f"{type(exc).__name__}: {exc}"[:200]
-        builder = make_pool_builder(max_workers=config.builder_workers or hardware.cores,
-                                    timeout_s=config.build_timeout_s, initializer=install if is_cpu else None)
-        runner = make_checked_runner(evaluator_config=evaluator, reference_path=reference_path,
-                                     timeout_s=config.run_timeout_s, initializer=runner_initializer(hardware))
-        base = {
-            "workload_key": task.workload_key, "hardware_key": hardware.key,
-            "target": json.dumps(hardware.target, sort_keys=True), "task_name": task.task_name,
-            "tuner": config.strategy, "tuner_params": json.dumps(params, sort_keys=True),
-            "run_id": run_id, "node": socket.gethostname(), "tvm_version": tvm_version(),
-        }
+        builder, runner, base = _measurement(task, hardware, config, work_dir, run_id)
         emit = functools.partial(_emit_batch, base, sketches, summary, on_records, progress, config.trials)
         recorder = _make_recorder(emit)
         if not any(len(sk.trace.decisions) for sk in sketches):
             # Nothing to search: the sketches are the whole space. MetaSchedule's search would
             # retry its population for ~20 s to find the one program again (elementwise tasks).
-            _measure_as_they_are(sketches, task, hardware, builder, runner, emit)
+            from collectors.sketches import refusing_postproc
+
+            schedules = [sch for sch in (sk.copy() for sk in sketches) if refusing_postproc(sch, task, hardware) is None]
+            _measure(schedules, hardware, builder, runner, emit)
         else:
             with _InterruptGuard() as guard:
                 guard.run(
@@ -237,20 +214,84 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
     return summary
 
 
-def _measure_as_they_are(sketches: list, task: Task, hardware: Hardware, builder: Any, runner: Any,
-                         emit: Callable[..., None]) -> None:
-    """Build, run and record each sketch of a space without decisions (postprocessed, as the
-    search would have), through the same builder, runner and recorder as a search."""
+def _measurement(task: Task, hardware: Hardware, config: TuneConfig, work_dir: str, run_id: str,
+                 tuner: str | None = None) -> tuple[Any, Any, dict]:
+    """``(builder, runner, record base)`` of one task's measurements: the reference outputs every
+    candidate is checked against, the pool builder and the checked runner, and the columns
+    every record of the task shares."""
+    from tvm.s_tir import meta_schedule as ms
+
+    is_cpu = hardware.kind == "cpu"
+    mod = as_module(task.mod)
+    evaluator = ms.runner.EvaluatorConfig(
+        number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
+        enable_cpu_cache_flush=False,
+    )
+    reference_path = None
+    params = config.params()
+    if config.check_correctness:
+        try:
+            with ms.Profiler.timeit("tlm/Reference"):
+                reference_path = make_reference(mod, seed=config.seed,
+                                                path=os.path.join(work_dir, "reference.npz")).path
+        except Exception as exc:  # noqa: BLE001 - e.g. a dtype numpy cannot hold
+            # Measure anyway, but say so in every record: these latencies are unchecked.
+            logger.warning("no reference for %s (%s): its records are not checked", task.task_name, exc)
+            params["check_correctness"] = False
+            params["correctness_unavailable"] = f"{type(exc).__name__}: {exc}"[:200]
+    builder = make_pool_builder(max_workers=config.builder_workers or hardware.cores,
+                                timeout_s=config.build_timeout_s, initializer=install if is_cpu else None)
+    runner = make_checked_runner(evaluator_config=evaluator, reference_path=reference_path,
+                                 timeout_s=config.run_timeout_s, initializer=runner_initializer(hardware))
+    base = {
+        "workload_key": task.workload_key, "hardware_key": hardware.key,
+        "target": json.dumps(hardware.target, sort_keys=True), "task_name": task.task_name,
+        "tuner": tuner or config.strategy, "tuner_params": json.dumps(params, sort_keys=True),
+        "run_id": run_id, "node": socket.gethostname(), "tvm_version": tvm_version(),
+    }
+    return builder, runner, base
+
+
+def measure_schedules(task: Task, hardware: Hardware, schedules: list, *, tuner: str,
+                      config: TuneConfig | None = None, on_records: RecordsCallback | None = None,
+                      run_id: str = "") -> TuneSummary:
+    """Build, run and check given (postprocessed) schedules of ``task`` like a tuner's candidates,
+    recorded under ``tuner`` (e.g. ``tlm:<model id>``): the same builder, runner, reference and
+    record rules as :func:`tune_task`, so a generated schedule's latency compares with a searched one's."""
+    config = config or TuneConfig(trials=max(1, len(schedules)))
+    check_runs_here(hardware)
+    target = hardware.tvm_target()
+    install_for_target(target)
+    t0 = time.perf_counter()
+    summary = TuneSummary(task.workload_key, task.task_name, hardware.key, tuner, len(schedules))
+    work_dir = tempfile.mkdtemp(prefix="tlm-measure-")
+    try:
+        ctx = tune_context(as_module(task.mod), target, seed=config.seed, task_name=task.task_name,
+                           num_threads=hardware.cores)
+        sketches = list(ctx.generate_design_space())
+        summary.sketches = len(sketches)
+        builder, runner, base = _measurement(task, hardware, config, work_dir, run_id, tuner=tuner)
+        emit = functools.partial(_emit_batch, base, sketches, summary, on_records, None, len(schedules))
+        if schedules:
+            _measure(schedules, hardware, builder, runner, emit)
+    finally:
+        import shutil
+
+        shutil.rmtree(work_dir, ignore_errors=True)
+    summary.elapsed_s = time.perf_counter() - t0
+    return summary
+
+
+def _measure(schedules: list, hardware: Hardware, builder: Any, runner: Any, emit: Callable[..., None]) -> None:
+    """Build, run and record postprocessed schedules through the builder, runner and recorder
+    of a search (one batch)."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
     from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
-    from collectors.sketches import refusing_postproc
-
-    cands = [MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
-             for sch in (sk.copy() for sk in sketches) if refusing_postproc(sch, task, hardware) is None]
+    cands = [MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)) for sch in schedules]
     builds = builder.build([BuilderInput(c.sch.mod, hardware.tvm_target()) for c in cands])
     device = "cuda" if hardware.kind == "cuda" else "cpu"
     ok = [(c, b) for c, b in zip(cands, builds) if b.error_msg is None]

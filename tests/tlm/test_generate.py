@@ -74,3 +74,18 @@ def test_k_out_of_range_is_refused(lm, tasks, cpu_hw):
     for k in (0, 65):
         with pytest.raises(ValueError, match="k must be between 1 and 64"):
             generate(tasks["matmul"], cpu_hw, model, tok, k=k)
+
+
+def test_generated_schedules_are_measured_and_checked_like_searched_ones(lm, tasks, cpu_hw):
+    from collectors.tuner import TuneConfig, measure_schedules
+
+    model, tok, _ = lm
+    g = generate(tasks["matmul"], cpu_hw, model, tok, k=2)
+    got = []
+    summary = measure_schedules(tasks["matmul"], cpu_hw, [c.schedule for c in g.candidates], tuner="tlm:tiny",
+                                config=TuneConfig(trials=2, number=1, min_repeat_ms=1), on_records=got.extend)
+    assert summary.records == len(got) == 2 and summary.errors == 0
+    for rec, cand in zip(got, g.candidates):
+        assert rec.tuner == "tlm:tiny" and rec.error is None and rec.latency_s > 0
+        assert rec.sketch_id == cand.sketch_id
+        assert json.loads(rec.tuner_params)["check_correctness"] is True
