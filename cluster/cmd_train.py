@@ -50,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=d.eval_every, help=f"steps between checkpoints (default {d.eval_every})")
     p.add_argument("--max-failures", type=int, default=0, help="worker failures to recover from in one run")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    p.add_argument("--quality-tasks", type=int, default=0, metavar="N",
+                   help="finetune: measure the greedy schedules of N held-out tasks against the corpus's best")
     p.set_defaults(func=run_train)
 
 
@@ -68,8 +70,14 @@ def run_train(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     print(f"training run {job.name or '(new)'}: stage {cfg.stage}, {job.workers} worker(s); "
           "rerun with the same --name to resume", file=sys.stderr)
+    evaluate = None
+    if args.quality_tasks > 0 and job.hardware_key:
+        from cluster.quality import greedy_quality
+
+        evaluate = greedy_quality(args.corpus, job.hardware_key, _held_out(args.dataset), tasks=args.quality_tasks,
+                                  index_url=args.index_url)
     try:
-        result = run_training(cfg, job)
+        result = run_training(cfg, job, evaluate=evaluate)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:
         if args.verbose:
             raise
@@ -121,6 +129,16 @@ def _config(args: argparse.Namespace):
                    corpus=args.corpus if register else None, index_url=args.index_url,
                    max_failures=args.max_failures, address=args.address)
     return cfg, job
+
+
+def _held_out(dataset_dir: str) -> tuple[str, ...]:
+    """The held-out models the dataset was built with (its Parquet metadata)."""
+    import pyarrow.parquet as pq
+
+    from tlm.dataset import FINETUNE_FILE
+
+    meta = pq.read_schema(os.path.join(dataset_dir, FINETUNE_FILE)).metadata or {}
+    return tuple(json.loads(meta.get(b"tlm.dataset_config", b"{}")).get("held_out_models", ()))
 
 
 def _open_corpus(args: argparse.Namespace):

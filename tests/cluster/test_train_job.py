@@ -129,3 +129,34 @@ def test_shipped_base_is_the_pretrained_model(tmp_path):
     assert resolve_base("shipped", None, shipped_root=str(tmp_path)) == (str(tmp_path / "b-pretrained"), "b-pretrained")
     with pytest.raises(ValueError, match="no shipped model"):
         resolve_base("shipped", None, shipped_root=str(tmp_path / "none"))
+
+
+def test_quality_hook_measures_greedy_schedules_of_held_out_tasks_against_the_corpus_best(tmp_path):
+    """Measured here (this host's key): a task of a held-out model, tuned a little, then the
+    model's greedy schedule measured the same way and compared; the closed loop appends it."""
+    from cluster.quality import greedy_quality
+    from collectors.hardware import detect_hardware
+    from collectors.tuner import TuneConfig, tune_task
+    from storage import Corpus
+    from tests.tlm.helpers import make_task, matmul_relu_mod
+    from tlm.model import build_model, model_config, save_model
+    from tlm.tokenizer import build_tokenizer
+
+    hw = detect_hardware("cpu")
+    task = make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul")
+    with Corpus.open(tmp_path / "c") as c:
+        c.register_hardware(hw.key, target=hw.target, description="this host")
+        c.register_workload(task.workload_key, task_name=task.task_name, tvmscript=task.tvmscript,
+                            op_kind=task.op_kind, flops=2.0 * 64 * 96 * 128)
+        c.register_workload_model(task.workload_key, model="held", weight=1)
+        tune_task(task, hw, TuneConfig(trials=4, strategy="replay-trace", number=1, min_repeat_ms=1),
+                  on_records=c.append)
+    tok = build_tokenizer()
+    cfg = model_config("tiny", tok, 400)
+    save_model(build_model(cfg), tok, cfg, str(tmp_path / "m"))
+    metrics = greedy_quality(str(tmp_path / "c"), hw.key, ("held",), tasks=2, append=True)(str(tmp_path / "m"))
+    assert metrics["greedy_tasks"] == 1 and metrics["greedy_errors"] == 0
+    (row,) = metrics["greedy_per_task"]
+    assert row["ratio"] == pytest.approx(row["greedy_s"] / row["corpus_best_s"]) and row["ratio"] > 0
+    with Corpus.open(tmp_path / "c") as c:
+        assert "tlm:m" in set(c.scan(columns=["tuner"]).column("tuner").to_pylist())
