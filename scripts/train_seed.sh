@@ -7,7 +7,8 @@
 # with the same --name and continues from its newest checkpoint; a finished step is skipped.
 #
 # Usage: scripts/train_seed.sh [HARDWARE_KEY]   (default: the one key of data/corpus)
-# Environment: PER_SKETCH (16), PRE_EPOCHS (2), FT_EPOCHS (4), WORKERS (2), HELD_OUT.
+# Environment: PER_SKETCH (16), PRE_EPOCHS (2), FT_EPOCHS (4), WORKERS (2), HELD_OUT, QUALITY_TASKS (8:
+# held-out tasks whose greedy schedules are measured against the corpus's best after the fine-tune).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=data/corpus
@@ -28,6 +29,7 @@ fi
 [[ -f models/$PRE/model.safetensors ]] || .venv/bin/tlm train --stage pretrain --dataset $SETS --preset small \
   --workers "$WORKERS" --epochs "$PRE_EPOCHS" --out models --name $PRE --no-register
 [[ -f models/$FT/model.safetensors ]] || .venv/bin/tlm train --stage finetune --hardware "$KEY" --base models/$PRE \
-  --dataset $SETS --workers "$WORKERS" --epochs "$FT_EPOCHS" --out models --name "$FT" --no-register
+  --dataset $SETS --workers "$WORKERS" --epochs "$FT_EPOCHS" --out models --name "$FT" --no-register \
+  --corpus $CORPUS --quality-tasks "${QUALITY_TASKS:-8}"
 rm -rf models/.train-runs
 echo "models/$PRE and models/$FT are ready"
