@@ -13,7 +13,7 @@ of steps (Ray Train, 2 workers):
 * ``topk4_latency``: the same rows, each weighted by best latency / its latency (our default).
 
 Judged on the ``test`` split (tasks of held-out models, never trained on), per task with at
-least 5 measured records: (1) ``regret`` — latency of the record the model finds most likely
+least 5 measured records (at most 40: the fastest and an even sample across the latency range): (1) ``regret`` — latency of the record the model finds most likely
 (mean log-probability per decision token) over the task's best, geometric mean (1.0 = the
 model always prefers the fastest); (2) ``spearman`` — rank correlation between likelihood and
 speed, mean over tasks. The base model itself is judged too. JSON to
@@ -69,13 +69,20 @@ def _spearman(xs: list[float], ys: list[float]) -> float:
     return cov / (sx * sy) if sx and sy else 0.0
 
 
-def judge(model_dir: str, test: list[dict], min_records: int = 5) -> dict:
+def judge(model_dir: str, test: list[dict], min_records: int = 5, max_records: int = 40) -> dict:
+    """Regret and rank correlation of the model's likelihood on each held-out task's records
+    (at most ``max_records`` per task: the fastest and an evenly spaced sample by latency)."""
     from tlm.model import decision_logprobs, load_model
 
     model, tok, _ = load_model(model_dir)
     groups = defaultdict(list)
     for r in test:
         groups[r["workload_key"]].append(r)
+    for key, rows in groups.items():
+        rows.sort(key=lambda r: (r["latency_s"], r["record_id"] or ""))
+        if len(rows) > max_records:
+            step = (len(rows) - 1) / (max_records - 1)
+            groups[key] = [rows[round(i * step)] for i in range(max_records)]
     regrets, rhos = [], []
     for rows in groups.values():
         if len(rows) < min_records:
@@ -121,7 +128,7 @@ def main() -> None:
             cfg = TrainConfig(stage="finetune", max_steps=args.steps, batch_size=8, lr=3e-4, warmup_steps=5,
                               loss_weighting=weighting, eval_every=args.steps, log_every=50)
             job = TrainJob(dataset_dir=data, out_dir=os.path.join(tmp, "models"), name=name, workers=args.workers,
-                           hardware_key=args.hardware, base_path=args.base)
+                           hardware_key=args.hardware, base_path=os.path.abspath(args.base))
             result = run_training(cfg, job)
             res["variants"][name] = {"rows": len(vrows), "weighting": weighting, **judge(result.path, test),
                                      "eval_loss": result.metrics.get("eval_loss")}

@@ -62,7 +62,7 @@ class TrainResult:
 def data_file(dataset_dir: str, stage: str) -> str:
     from tlm.dataset import FINETUNE_FILE, PRETRAIN_FILE
 
-    path = os.path.join(dataset_dir, PRETRAIN_FILE if stage == "pretrain" else FINETUNE_FILE)
+    path = os.path.abspath(os.path.join(dataset_dir, PRETRAIN_FILE if stage == "pretrain" else FINETUNE_FILE))
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist; write it with `tlm dataset build --out {dataset_dir}`")
     return path
@@ -131,7 +131,7 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
         "total_steps": total, "steps_per_epoch": per_epoch, "base_model_path": job.base_path,
         "rows": {k: len(v) for k, v in rows.items()}, "data_file": path, "data_sha256": _sha256(path),
         "info": {"stage": cfg.stage, "hardware_key": job.hardware_key, "base_model_id": job.base_model_id,
-                 "data_file": path, "train": asdict(cfg)},
+                 "data_file": path, "data_sha256": _sha256(path), "train": asdict(cfg)},
     }
     with open(os.path.join(run_dir, JOB_FILE), "w") as f:
         json.dump(spec, f, indent=2)
@@ -197,7 +197,8 @@ def run_training(cfg: TrainConfig, job: TrainJob, *,
     with result.checkpoint.as_directory() as d:
         export_model(d, dest)
     metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))}
-    metrics.update({"rows": spec["rows"], "total_steps": spec["total_steps"], "workers": job.workers})
+    metrics.update({"rows": spec["rows"], "total_steps": spec["total_steps"], "workers": job.workers,
+                    "wall_s": round(time.perf_counter() - t0, 1)})
     if evaluate is not None:
         metrics.update(evaluate(dest))
     _write_metrics(dest, metrics)
@@ -291,8 +292,8 @@ def resolve_base(base: str, corpus: Any | None, *, shipped_root: str = SHIPPED_M
             raise ValueError(f"no shipped model under {shipped_root}")
         stage, name = next((f for f in found if f[0] == "pretrain"), found[-1])
         return os.path.join(shipped_root, name), name
-    if os.path.isdir(base):
-        return base, os.path.basename(os.path.normpath(base))
+    if os.path.isdir(base):  # absolute: Ray Train workers do not run in this directory
+        return os.path.abspath(base), os.path.basename(os.path.normpath(base))
     if corpus is not None:
         for row in corpus.models():
             if row["model_id"] == base:

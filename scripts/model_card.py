@@ -30,7 +30,8 @@ def card(path: str, held_out: str, command: str) -> str:
         f"| stage | {info.get('stage')} |",
         f"| hardware key | {info.get('hardware_key') or 'every hardware of the corpus'} |",
         f"| base model | {info.get('base_model_id') or '-'} |",
-        f"| data | `{os.path.relpath(info.get('data_file', '?'))}` (rows: {m.get('rows')}) |",
+        f"| data | `{os.path.relpath(info.get('data_file', '?'))}` (rows: {m.get('rows')}), built from `data/corpus` "
+        "by the command below |",
         f"| held-out models (test split) | {held_out} |",
         f"| steps | {m.get('step')} of {m.get('total_steps')} ({m.get('epoch', 0):.2f} epochs), {m.get('workers')} DDP workers |",
         f"| loss weighting | {tc.get('loss_weighting')} |",
@@ -38,6 +39,7 @@ def card(path: str, held_out: str, command: str) -> str:
         f"| held-out decision-token accuracy | {m.get('eval_accuracy', float('nan')):.4f} |",
         f"| last training loss | {m.get('train_loss', float('nan')):.4f} |",
         f"| training throughput | {m.get('tokens_per_s_per_worker', 0):.0f} tokens/s per worker |",
+        f"| wall time of the run | {m['wall_s']:.0f} s |" if m.get("wall_s") else "| wall time of the run | not recorded |",
         "", "Loss and accuracy count decision tokens only (the prompt is given; padding is nothing), on the",
         "sentences of tasks that occur in the held-out models, which were never trained on.", "",
         "## Reproduce", "", "```sh", command, "```", "",

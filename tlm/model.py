@@ -143,7 +143,7 @@ def load_model(path: str) -> tuple[Any, Any, ModelConfig]:
     cfg = ModelConfig(**info["model_config"])
     if not os.path.exists(os.path.join(path, "model.safetensors")):
         raise FileNotFoundError(f"{path} has no model.safetensors (only safetensors weights are loaded)")
-    model = GPT2LMHeadModel.from_pretrained(path, use_safetensors=True)
+    model = GPT2LMHeadModel.from_pretrained(path, use_safetensors=True, local_files_only=True)
     model.eval()
     return model, load_tokenizer(path), cfg
 

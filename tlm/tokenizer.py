@@ -110,7 +110,7 @@ def load_tokenizer(path: str) -> Any:
     """A tokenizer saved with ``save_pretrained``."""
     from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast.from_pretrained(path)
+    return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
 
 
 def unknown_words(words: Iterable[str], tokenizer: Any) -> list[str]:

@@ -336,7 +336,9 @@ def train_loop_per_worker(config: dict) -> None:
 def _load_weights(path: str) -> Any:
     from transformers import GPT2LMHeadModel
 
-    return GPT2LMHeadModel.from_pretrained(path, use_safetensors=True)
+    if not os.path.isdir(path):  # never a hub id: nothing is downloaded
+        raise FileNotFoundError(f"model directory {path!r} does not exist (in {os.getcwd()})")
+    return GPT2LMHeadModel.from_pretrained(path, use_safetensors=True, local_files_only=True)
 
 
 def _prepare(model: Any, session: Any) -> tuple[Any, Any]:

@@ -119,13 +119,16 @@ def test_a_killed_training_run_resumes_from_its_last_checkpoint(sets, tmp_path):
     assert state["final_metrics"]["step"] == saved + 5
 
 
-def test_shipped_base_is_the_pretrained_model(tmp_path):
+def test_shipped_base_is_the_pretrained_model(tmp_path, monkeypatch):
     from cluster.train_job import resolve_base
 
     for name, stage in (("a-finetuned", "finetune"), ("b-pretrained", "pretrain"), ("c-finetuned", "finetune")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "tlm_model.json").write_text(json.dumps({"stage": stage, "model_config": {}}))
     (tmp_path / "not-a-model").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert resolve_base("b-pretrained", None) == (str(tmp_path / "b-pretrained"), "b-pretrained"), \
+        "a relative directory is made absolute (Ray Train workers run elsewhere)"
     assert resolve_base("shipped", None, shipped_root=str(tmp_path)) == (str(tmp_path / "b-pretrained"), "b-pretrained")
     with pytest.raises(ValueError, match="no shipped model"):
         resolve_base("shipped", None, shipped_root=str(tmp_path / "none"))
