@@ -1,0 +1,47 @@
+"""The models shipped in models/ load with safetensors only, carry their card and config, and
+write valid programs for a task of the shipped corpus (built and checked for this host)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+MODELS = Path(__file__).resolve().parents[1] / "models"
+DATA = Path(__file__).resolve().parents[1] / "data" / "corpus"
+SHIPPED = sorted(p for p in MODELS.glob("*/tlm_model.json")) if MODELS.is_dir() else []
+pytestmark = pytest.mark.skipif(not SHIPPED, reason="no shipped model in models/")
+
+
+@pytest.mark.parametrize("info", SHIPPED, ids=lambda p: p.parent.name)
+def test_a_shipped_model_loads_from_safetensors_with_its_card(info):
+    from transformers import GPT2LMHeadModel
+
+    from tlm.model import ModelConfig, load_model
+
+    d = info.parent
+    assert (d / "model.safetensors").exists() and not list(d.glob("*.bin")) and not list(d.glob("optimizer*"))
+    model, tok, cfg = load_model(str(d))
+    assert isinstance(model, GPT2LMHeadModel) and cfg == ModelConfig(**json.loads(info.read_text())["model_config"])
+    assert len(tok) == cfg.vocab_size and model.config.n_positions == cfg.n_positions
+    card = (d / "README.md").read_text()
+    metrics = json.loads(info.read_text())["final_metrics"]
+    assert f"{metrics['eval_loss']:.4f}" in card, "the card quotes the model's own metrics file"
+
+
+@pytest.mark.parametrize("info", SHIPPED, ids=lambda p: p.parent.name)
+def test_a_shipped_model_writes_valid_schedules_for_a_corpus_task(info, tmp_path):
+    import shutil
+
+    from collectors.hardware import detect_hardware
+    from collectors.tasks import task_from_index
+    from storage import Corpus
+    from tlm.generate import generate
+    from tlm.model import load_model
+
+    model, tok, _ = load_model(str(info.parent))
+    shutil.copy(DATA / "index.sqlite", tmp_path / "index.sqlite")  # never touch the checkout's index
+    with Corpus.open(tmp_path, index_url=f"sqlite:///{tmp_path / 'index.sqlite'}") as c:
+        w = next(w for w in c.workloads() if w["task_name"] == "conv2d3" and "mobilenetv2" in (w.get("models") or {}))
+    g = generate(task_from_index(w), detect_hardware("cpu"), model, tok, k=2)
+    assert len(g.candidates) == 2 and all(c.schedule is not None for c in g.candidates)
