@@ -7,14 +7,15 @@
 # with the same --name and continues from its newest checkpoint; a finished step is skipped.
 #
 # Usage: scripts/train_seed.sh [HARDWARE_KEY]   (default: the one key of data/corpus)
-# Environment: PER_SKETCH (16), PRE_EPOCHS (2), FT_EPOCHS (4), WORKERS (2), HELD_OUT, QUALITY_TASKS (8:
+# Environment: PER_SKETCH (48), PRE_EPOCHS (3), FT_EPOCHS (4), WORKERS (2), HELD_OUT, EVAL_EVERY (600
+# pretraining steps between held-out evaluations: one costs ~70 s here), QUALITY_TASKS (8:
 # held-out tasks whose greedy schedules are measured against the corpus's best after the fine-tune).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=data/corpus
 SETS=work/sets-seed
-PER_SKETCH=${PER_SKETCH:-16}
-PRE_EPOCHS=${PRE_EPOCHS:-2}
+PER_SKETCH=${PER_SKETCH:-48}
+PRE_EPOCHS=${PRE_EPOCHS:-3}
 FT_EPOCHS=${FT_EPOCHS:-4}
 WORKERS=${WORKERS:-2}
 HELD_OUT=${HELD_OUT:-mobilenetv2,bert_base}
@@ -27,7 +28,7 @@ if [[ ! -f $SETS/finetune.parquet ]]; then
   .venv/bin/tlm dataset build --corpus $CORPUS --out $SETS --per-sketch "$PER_SKETCH" --top-k 4 --held-out "$HELD_OUT"
 fi
 [[ -f models/$PRE/model.safetensors ]] || .venv/bin/tlm train --stage pretrain --dataset $SETS --preset small \
-  --workers "$WORKERS" --epochs "$PRE_EPOCHS" --out models --name $PRE --no-register
+  --workers "$WORKERS" --epochs "$PRE_EPOCHS" --eval-every "${EVAL_EVERY:-600}" --out models --name $PRE --no-register
 [[ -f models/$FT/model.safetensors ]] || .venv/bin/tlm train --stage finetune --hardware "$KEY" --base models/$PRE \
   --dataset $SETS --workers "$WORKERS" --epochs "$FT_EPOCHS" --out models --name "$FT" --no-register \
   --corpus $CORPUS --quality-tasks "${QUALITY_TASKS:-8}"
