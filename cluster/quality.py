@@ -40,10 +40,7 @@ def greedy_quality(corpus_root: str, hardware_key: str, held_out: tuple[str, ...
                 check_runs_here(hw)
             except NotRunnableHere as exc:
                 return {"greedy_quality": f"not measured: {exc}"}
-            best: dict[str, float] = {}
-            for r in corpus.scan({"hardware_key": hardware_key}, columns=["workload_key", "latency_s"]).to_pylist():
-                if r["latency_s"] is not None:
-                    best[r["workload_key"]] = min(best.get(r["workload_key"], math.inf), r["latency_s"])
+            best = corpus.best_latencies(hardware_key)
             chosen = [w for w in corpus.workloads() if w["workload_key"] in best
                       and set(w.get("models") or {}) & set(held_out) and (w.get("flops") or 0) > 0]
             chosen.sort(key=lambda w: -(w.get("flops") or 0))

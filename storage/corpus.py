@@ -407,6 +407,13 @@ class Corpus(IntegrityMixin, RunsMixin, RegistryMixin):
         out = pa.concat_tables(pieces)
         return out.sort_by([("latency_s", "ascending"), ("record_id", "ascending")])
 
+    def best_latencies(self, hardware_key: str) -> dict[str, float]:
+        """workload_key -> fastest successful latency on ``hardware_key`` (from the index alone)."""
+        hw, r = self._hw_id(hardware_key, create=False), ix.records.c
+        q = sa.select(r.workload_key, sa.func.min(r.latency_s)).where(r.hw_id == hw, r.latency_s.is_not(None))
+        with ix.read(self.engine) as conn:
+            return {ix.wk_from_db(w): t for w, t in conn.execute(q.group_by(r.workload_key))} if hw is not None else {}
+
     # ------------------------------------------------------------------ summaries
     def stats(self) -> dict:
         """Counts for people and dashboards: records, successes, errors, parts, bytes, per hardware."""

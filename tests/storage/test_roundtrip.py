@@ -105,6 +105,16 @@ def test_top_k_fastest_successes_first(corpus, records):
         corpus.top_k(wk, HW, 0)
 
 
+def test_best_latencies_are_the_fastest_success_per_workload_from_the_index(corpus, records):
+    corpus.append(records(40, workloads=3, error_every=3))
+    want: dict = {}
+    for r in corpus.scan({"hardware_key": HW}).to_pylist():
+        if r["latency_s"] is not None:
+            want[r["workload_key"]] = min(want.get(r["workload_key"], float("inf")), r["latency_s"])
+    assert want and corpus.best_latencies(HW) == pytest.approx(want)
+    assert corpus.best_latencies("cpu-other-1c") == {}
+
+
 def test_parts_readable_without_our_code(corpus, records):
     corpus.append(records(12))
     corpus.append(records(8, hardware="cuda-sm_90-h200", start=100))
