@@ -126,12 +126,13 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
         raise ValueError(f"{len(rows['train'])} training sentences are fewer than one batch per worker "
                          f"({cfg.batch_size} x {job.workers}); lower --batch-size or --workers")
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
+    digest = _sha256(path)
     spec = {
         "train": asdict(cfg), "model_config": asdict(mcfg), "tokenizer_dir": tok_dir,
         "total_steps": total, "steps_per_epoch": per_epoch, "base_model_path": job.base_path,
-        "rows": {k: len(v) for k, v in rows.items()}, "data_file": path, "data_sha256": _sha256(path),
+        "rows": {k: len(v) for k, v in rows.items()}, "data_file": path, "data_sha256": digest,
         "info": {"stage": cfg.stage, "hardware_key": job.hardware_key, "base_model_id": job.base_model_id,
-                 "data_file": path, "data_sha256": _sha256(path), "train": asdict(cfg)},
+                 "data_file": path, "data_sha256": digest, "train": asdict(cfg)},
     }
     with open(os.path.join(run_dir, JOB_FILE), "w") as f:
         json.dump(spec, f, indent=2)

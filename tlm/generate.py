@@ -112,8 +112,7 @@ def _decode(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts:
 
     batch = tokenizer([" ".join(p) for p in prompts], return_tensors="pt", padding=True)
     width = batch["input_ids"].shape[1]
-    beams = 1 if k == 1 else k
-    # beam search keeps batch*beams rows, row r belonging to prompt r // beams
+    beams = k  # 1: greedy; beam search keeps batch*beams rows, row r belonging to prompt r // beams
     proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(beams)], width)
     room = model.config.n_positions - width
     if room < 2:
@@ -124,7 +123,7 @@ def _decode(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts:
         gen = model.generate(**batch, logits_processor=[proc], do_sample=False, num_beams=beams,
                              num_return_sequences=beams, max_new_tokens=room, use_cache=True,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                             early_stopping=True if beams > 1 else False)
+                             early_stopping=beams > 1)
     rows = []
     for r in range(gen.shape[0]):
         new = tokenizer.convert_ids_to_tokens(gen[r, width:].tolist())

@@ -155,10 +155,9 @@ def decision_logprobs(model: Any, tokenizer: Any, texts: list[str], prompt_lens:
     by whether it prefers the fast ones."""
     import torch
 
-    from tlm.train import IGNORE, encode_batch
+    from tlm.train import IGNORE, batch_encoding, encode_batch
 
-    enc = {"vocab": tokenizer.get_vocab(), "pad_id": tokenizer.pad_token_id, "unk_id": tokenizer.unk_token_id,
-           "max_len": model.config.n_positions}
+    enc = batch_encoding(tokenizer, model.config.n_positions)
     out: list[tuple[float, int]] = []
     model.eval()
     with torch.no_grad():

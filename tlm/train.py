@@ -89,6 +89,12 @@ def encode_batch(texts: list[str], prompt_lens: list[int], vocab: dict[str, int]
     return {"input_ids": ids, "attention_mask": mask, "labels": labels, "weights": w}
 
 
+def batch_encoding(tokenizer: Any, max_len: int) -> dict[str, Any]:
+    """The keyword arguments of :func:`encode_batch` for ``tokenizer`` and a context of ``max_len``."""
+    return {"vocab": tokenizer.get_vocab(), "pad_id": tokenizer.pad_token_id, "unk_id": tokenizer.unk_token_id,
+            "max_len": max_len}
+
+
 def masked_loss(logits: Any, labels: Any, weights: Any) -> tuple[Any, Any, Any, Any]:
     """``(loss, token_weight_sum, correct, counted)`` of next-token prediction on labelled positions.
 
@@ -267,9 +273,7 @@ def train_loop_per_worker(config: dict) -> None:
     mcfg = ModelConfig(**config["model_config"])
     session = config.get("session") or RayTrainSession()
     tokenizer = load_tokenizer(config["tokenizer_dir"])
-    vocab = tokenizer.get_vocab()
-    enc = {"vocab": vocab, "pad_id": tokenizer.pad_token_id, "unk_id": tokenizer.unk_token_id,
-           "max_len": mcfg.n_positions}
+    enc = batch_encoding(tokenizer, mcfg.n_positions)
     total, per_epoch = int(config["total_steps"]), max(1, int(config["steps_per_epoch"]))
     rank = session.world_rank
 

@@ -11,7 +11,7 @@ import pytest
 from tests.tlm.helpers import sentence_sets
 from tlm.model import PRESETS, build_model, context_length, decision_logprobs, load_model, model_config
 from tlm.tokenizer import build_tokenizer
-from tlm.train import IGNORE, LocalSession, TrainConfig, encode_batch, masked_loss, train_loop_per_worker
+from tlm.train import IGNORE, LocalSession, batch_encoding, TrainConfig, encode_batch, masked_loss, train_loop_per_worker
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def tok():
 
 
 def _enc(tok, max_len=512):
-    return {"vocab": tok.get_vocab(), "pad_id": tok.pad_token_id, "unk_id": tok.unk_token_id, "max_len": max_len}
+    return batch_encoding(tok, max_len)
 
 
 def test_labels_are_the_decision_tokens_only(sets, tok):
