@@ -27,8 +27,11 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
                         help="zoo model (resnet50, mobilenetv2, efficientnet_b0, bert_base, gpt2, "
                              "llama7b_layer) or a path to an .onnx file")
     parser.add_argument("--trials", type=int, default=64, help="measured candidates per task (default 64)")
-    parser.add_argument("--strategy", choices=("evolutionary", "replay-trace"), default="evolutionary",
-                        help="search strategy: evolutionary (xgb cost model) or replay-trace (random samples)")
+    parser.add_argument("--strategy", choices=("evolutionary", "replay-trace", "tlm"), default="evolutionary",
+                        help="search strategy: evolutionary (xgb cost model), replay-trace (random samples) "
+                             "or tlm (the model's own top-k candidates, measured: the closed loop; in process)")
+    parser.add_argument("--tlm-model", default=None, metavar="ID|DIR",
+                        help="--strategy tlm: the model (default: the model of this machine's hardware key)")
     parser.add_argument("--tasks", type=int, default=None, metavar="N",
                         help="tune only the N heaviest tasks (FLOPs x weight); default all")
     parser.add_argument("--corpus", default="corpus", metavar="DIR", help="corpus root directory (default ./corpus)")
@@ -61,7 +64,8 @@ def config_from_args(args: argparse.Namespace):
     from collectors.tuner import TuneConfig
 
     return TuneConfig(trials=args.trials, strategy=args.strategy, seed=args.seed,
-                      trials_per_iter=args.trials_per_iter, check_correctness=not args.no_check)
+                      trials_per_iter=args.trials_per_iter, check_correctness=not args.no_check,
+                      tuner=getattr(args, "tuner_name", ""))
 
 
 def zoo_kwargs_from_args(args: argparse.Namespace) -> dict:
@@ -148,13 +152,44 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
 def run_collect(args: argparse.Namespace) -> int:
     if args.no_ray and args.address:
         raise SystemExit("error: --no-ray and --address exclude each other")
+    if args.strategy == "tlm":
+        return run_closed_loop(args)
     if not args.no_ray:
         return run_on_ray(args)
     return run_local(args)
 
 
-def run_local(args: argparse.Namespace) -> int:
-    """The plain in-process collection loop (``--no-ray``)."""
+def run_closed_loop(args: argparse.Namespace) -> int:
+    """``--strategy tlm``: the model's own candidates for each task, measured and appended under
+    ``tlm:<model id>``, through the plain loop (resume and runs as for a search). In process:
+    the model is loaded once here, not in every Ray collector."""
+    from collectors.hardware import detect_hardware
+    from storage import Corpus
+    from tlm.catalog import model_for, resolve_model
+    from tlm.generate import MAX_K, model_tuner, tuner_name
+    from tlm.model import load_model
+
+    if args.address:
+        raise SystemExit("error: --strategy tlm runs in this process; drop --address")
+    if args.trials > MAX_K:
+        print(f"error: --strategy tlm generates at most {MAX_K} candidates per task, got --trials {args.trials}",
+              file=sys.stderr)
+        return 2
+    hardware = detect_hardware(args.device, key=args.hardware)
+    with Corpus.open(args.corpus, index_url=args.index_url) as corpus:
+        try:
+            entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hardware.key, corpus)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    model, tokenizer, _ = load_model(entry.path)
+    print(f"closed loop: {entry.model_id} ({entry.source}) writes {args.trials} candidate(s) per task", file=sys.stderr)
+    args.tuner_name = tuner_name(entry.model_id)
+    return run_local(args, tune=model_tuner(model, tokenizer, entry.model_id))
+
+
+def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
+    """The plain in-process collection loop (``--no-ray``; ``tune`` replaces MetaSchedule's tuner)."""
     import logging
 
     from rich.console import Console
@@ -172,7 +207,8 @@ def run_local(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     console.print(f"collecting {args.model} on {hardware.key} ({hardware.description}) into {args.corpus}")
     try:
-        result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks, zoo_kwargs=zoo_kwargs)
+        result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks, zoo_kwargs=zoo_kwargs,
+                         show_progress=not args.no_progress, **({"tune": tune} if tune is not None else {}))
     finally:
         corpus.close()
     Console().print(summary_table(result))

@@ -90,7 +90,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace):
     """The TrainConfig and TrainJob the options describe; ValueError names a bad option."""
-    from cluster.train_job import TrainJob, data_file, resolve_base
+    from cluster.train_job import TrainJob, data_file
+    from tlm.catalog import resolve_model
     from tlm.model import PRESETS
     from tlm.train import TrainConfig
 
@@ -120,7 +121,8 @@ def _config(args: argparse.Namespace):
     if finetune:
         corpus = _open_corpus(args) if os.path.isdir(args.corpus) or "://" in args.corpus else None
         try:
-            base_path, base_id = resolve_base(args.base, corpus)
+            base = resolve_model(args.base, corpus)
+            base_path, base_id = base.path, base.model_id
         finally:
             if corpus is not None:
                 corpus.close()

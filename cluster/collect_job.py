@@ -76,7 +76,7 @@ def run_collection(
     cfg = config or JobConfig()
     if cfg.max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {cfg.max_attempts}")
-    tuner, trials = tune_config.strategy, tune_config.trials
+    tuner, trials = tune_config.tuner_name, tune_config.trials
     tasks = list({t.workload_key: t for t in tasks}.values())  # one unit per workload
     if "://" not in str(corpus_root):  # actors on other nodes must see the same directory
         corpus_root = os.path.abspath(os.path.expanduser(str(corpus_root)))

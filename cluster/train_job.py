@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from tlm.train import TrainConfig
 
@@ -268,35 +268,3 @@ def _write_metrics(dest: str, metrics: dict) -> None:
     info["final_metrics"] = metrics
     with open(p, "w") as f:
         json.dump(info, f, indent=2, sort_keys=True)
-
-
-#: Where the repository ships its models (``--base shipped``).
-SHIPPED_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
-
-
-def resolve_base(base: str, corpus: Any | None, *, shipped_root: str = SHIPPED_MODELS) -> tuple[str, str]:
-    """``(path, model id)`` of a base model given as a registered id, ``shipped``, or a directory.
-
-    ``shipped`` is the pretrained model under ``models/`` (hardware-independent, the natural start
-    for a new machine), or the only shipped model if none is pretrained.
-    """
-    if base == "shipped":
-        from tlm.model import read_model_info
-
-        found = []
-        for d in sorted(os.listdir(shipped_root)) if os.path.isdir(shipped_root) else []:
-            try:
-                found.append((read_model_info(os.path.join(shipped_root, d)).get("stage"), d))
-            except FileNotFoundError:
-                continue
-        if not found:
-            raise ValueError(f"no shipped model under {shipped_root}")
-        stage, name = next((f for f in found if f[0] == "pretrain"), found[-1])
-        return os.path.join(shipped_root, name), name
-    if os.path.isdir(base):  # absolute: Ray Train workers do not run in this directory
-        return os.path.abspath(base), os.path.basename(os.path.normpath(base))
-    if corpus is not None:
-        for row in corpus.models():
-            if row["model_id"] == base:
-                return row["path"], base
-    raise ValueError(f"unknown base model {base!r}: not a registered model id, 'shipped', or a model directory")

@@ -64,7 +64,7 @@ class UnitOutcome:
 
     @classmethod
     def of(cls, task: Task, hardware_key: str, config: TuneConfig, **kw: Any) -> "UnitOutcome":
-        return cls(task.workload_key, hardware_key, task.task_name, config.strategy, config.trials,
+        return cls(task.workload_key, hardware_key, task.task_name, config.tuner_name, config.trials,
                    weight=task.weight, flops=task.flops, **kw)
 
     @property
@@ -125,7 +125,7 @@ def collect_unit(corpus: Any, task: Task, hardware: Hardware, config: TuneConfig
     "failed" (with ``error``) when tuning raised; KeyboardInterrupt marks it "interrupted" and
     is re-raised. ``tune`` is the tuning function (``tune_task``; replaceable to wrap it).
     """
-    key = (task.workload_key, hardware.key, config.strategy, config.trials)
+    key = (task.workload_key, hardware.key, config.tuner_name, config.trials)
     res = UnitOutcome.of(task, hardware.key, config, node_id=node_id, host=socket.gethostname(),
                          started_at=time.time())
     if corpus.task_status(*key) == "done":
@@ -196,9 +196,9 @@ def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any =
     corpus.register_hardware(hardware.key, target=hardware.target, description=hardware.description)
     register_tasks(corpus, tasks)
     params = {"model": model if isinstance(model, str) else None, "tasks": len(tasks),
-              "hardware": hardware.key, "tuner": config.strategy, **config.params()}
+              "hardware": hardware.key, "tuner": config.tuner_name, **config.params()}
     run_id = corpus.start_run("collect", params)
-    result = CollectionSummary(run_id, "failed", tuner=config.strategy, trials=config.trials,
+    result = CollectionSummary(run_id, "failed", tuner=config.tuner_name, trials=config.trials,
                                hardware_keys=[hardware.key])
     bar = _Progress(len(tasks), hardware.key, enabled=show_progress)
     try:

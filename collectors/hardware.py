@@ -273,6 +273,30 @@ def hardware_from_index(key: str, target: Mapping[str, Any], description: str = 
                     description=description)
 
 
+def hardware_for_key(key: str, index_info: Mapping[str, Any] | None = None) -> Hardware:
+    """The :class:`Hardware` a key names, for generating code for it (not necessarily this host).
+
+    From the index's row when there is one (``Corpus.hardware_info(key)``); else this host's
+    own hardware when the key is this host's; else, for a CPU key, rebuilt from the key itself
+    (``cpu-<mcpu>-<cores>c`` is a reversible rule). A CUDA key names no target by itself, so
+    without an index row it raises ``ValueError``, as does a key that is not a key.
+    """
+    if not HARDWARE_KEY_RE.match(key or ""):
+        raise ValueError(f"hardware key {key!r} does not match {HARDWARE_KEY_RE.pattern}")
+    if index_info:
+        return hardware_from_index(key, index_info["target"], index_info.get("description") or "")
+    host = cpu_hardware()
+    if host.key == key:
+        return host
+    m = re.fullmatch(r"cpu-([a-z0-9_.]+)-(\d+)c", key)
+    if m is None:
+        raise ValueError(f"hardware key {key!r}: no index row says what target it is (only CPU keys "
+                         "are rebuilt from the key alone)")
+    mcpu, cores = m.group(1).replace("_", "-"), int(m.group(2))
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}
+    return hardware_from_index(key, target, f"{mcpu} ({cores} cores)")
+
+
 # ---------------------------------------------------------------------------------------------
 # Written for vs run on: a program may be built for any key, but runs only where it can.
 

@@ -67,9 +67,13 @@ class TuneConfig:
     min_repeat_ms: int = 20
     check_correctness: bool = True  # check each measured candidate against the unscheduled program
     work_dir: str | None = None  # MetaSchedule's work dir (logs); None: a temp dir removed afterwards
+    # the name records and units are stored under; "" = the strategy. A tuner other than
+    # MetaSchedule's (the TLM's closed loop, "tlm:<model id>") names itself here and is run by a
+    # ``tune`` function of its own (collectors.collect's ``tune=``).
+    tuner: str = ""
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
+        if self.strategy not in STRATEGIES and not self.tuner:
             raise ValueError(f"strategy {self.strategy!r} is not one of {STRATEGIES}")
         if self.trials < 1:
             raise ValueError(f"trials must be >= 1, got {self.trials}")
@@ -77,14 +81,21 @@ class TuneConfig:
             raise ValueError(f"trials_per_iter must be >= 1, got {self.trials_per_iter}")
 
     @property
+    def tuner_name(self) -> str:
+        """What records and units are stored under: ``tuner``, else the strategy."""
+        return self.tuner or self.strategy
+
+    @property
     def resolved_cost_model(self) -> str:
         if self.cost_model:
             return self.cost_model
+        if self.strategy not in STRATEGIES:
+            return "none"  # another tuner's own (e.g. the TLM's likelihood)
         return "xgb" if self.strategy == "evolutionary" else "random"
 
     def params(self) -> dict[str, Any]:
         """The tuner parameters that shape the records (the ``tuner_params`` JSON)."""
-        p = {k: v for k, v in asdict(self).items() if k not in ("work_dir", "builder_workers", "strategy")}
+        p = {k: v for k, v in asdict(self).items() if k not in ("work_dir", "builder_workers", "strategy", "tuner")}
         p["cost_model"] = self.resolved_cost_model
         return p
 
@@ -246,7 +257,7 @@ def _measurement(task: Task, hardware: Hardware, config: TuneConfig, work_dir: s
     base = {
         "workload_key": task.workload_key, "hardware_key": hardware.key,
         "target": json.dumps(hardware.target, sort_keys=True), "task_name": task.task_name,
-        "tuner": tuner or config.strategy, "tuner_params": json.dumps(params, sort_keys=True),
+        "tuner": tuner or config.tuner_name, "tuner_params": json.dumps(params, sort_keys=True),
         "run_id": run_id, "node": socket.gethostname(), "tvm_version": tvm_version(),
     }
     return builder, runner, base

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 FAILED_STATUS = "failed"  # metrics["status"] that makes a model unusable
 
 
-def _usable(metrics: Mapping[str, Any]) -> bool:
+def usable(metrics: Mapping[str, Any]) -> bool:
     """The registry's one rule (module docstring): not ``ok: False`` and not ``status: "failed"``."""
     return metrics.get("ok") is not False and metrics.get("status") != FAILED_STATUS
 
@@ -80,4 +80,4 @@ class RegistryMixin:
     def newest_model(self, hardware_key: str) -> dict | None:
         """The newest usable model of ``hardware_key`` (a row of :meth:`models`), or None if none is."""
         check_hardware_key(hardware_key)
-        return next((r for r in self.models(hardware_key) if _usable(r["metrics"])), None)
+        return next((r for r in self.models(hardware_key) if usable(r["metrics"])), None)

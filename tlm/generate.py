@@ -17,9 +17,10 @@ by the model's mean log-probability per decision token (``Candidate.score``).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from collectors.hardware import Hardware
 from collectors.tasks import Task
@@ -28,6 +29,11 @@ from tlm.language import EOS, PAD, live_sketches, prompt_tokens
 from tlm.space import build_space
 
 MAX_K = 64  # candidates one call may ask for
+#: torch intra-op threads while decoding. One step of a small GPT-2 on a few rows is ~0.1 ms of
+#: arithmetic, so a second thread buys nothing and its barrier costs much when the cores are
+#: busy: a ResNet conv2d took 0.19-0.48 s on 1 thread and 1.2-9 s on 2 with a collection
+#: running beside it (this 2-core machine).
+DECODE_THREADS = 1
 
 
 @dataclass
@@ -41,6 +47,8 @@ class Candidate:
     n_tokens: int  # decision words counted in logprob
     trace: Any = None  # tvm.s_tir.schedule.Trace: the sketch with these decisions
     schedule: Any = None  # the postprocessed Schedule
+    latency_s: float | None = None  # measured (correct) latency, once measure_candidates ran
+    error: str | None = None  # why its measurement failed (build, run, wrong answer)
 
     @property
     def score(self) -> float:
@@ -67,12 +75,17 @@ class Generation:
     sketches: int = 0  # live sketches generated
     generate_s: float = 0.0  # model.generate (all sketches)
     check_s: float = 0.0  # proving each candidate valid (replay + postprocessors)
+    measure_s: float = 0.0  # building, running and checking candidates (measure_candidates)
+
+    @property
+    def fastest(self) -> Candidate | None:
+        """The measured candidate with the lowest correct latency (None before measuring, or if none ran)."""
+        ok = [c for c in self.candidates if c.latency_s is not None]
+        return min(ok, key=lambda c: c.latency_s) if ok else None
 
 
 def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1) -> Generation:
     """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood."""
-    from tlm.model import decision_logprobs
-
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
     space = build_space(task, hardware)
@@ -81,9 +94,24 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     if not sketches:
         raise ValueError(f"{task.task_name} has no sketch that gives a valid program on {hardware.key}")
     prompts = [prompt_tokens(space, sk) for sk in sketches]
-    t0 = time.perf_counter()
-    rows = _decode(model, tokenizer, task, hardware, prompts, k)
-    out.generate_s = time.perf_counter() - t0
+    with _torch_threads(DECODE_THREADS):
+        t0 = time.perf_counter()
+        rows = _decode(model, tokenizer, task, hardware, prompts, k)
+        cands = _ranked(model, tokenizer, prompts, sketches, rows)
+        out.generate_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for c in cands[:k]:
+        program = apply_sentence(c.words, task, hardware)  # raises if the model wrote an invalid program
+        c.trace, c.schedule = program.trace, program.schedule
+    out.check_s = time.perf_counter() - t1
+    out.candidates = cands[:k]
+    return out
+
+
+def _ranked(model: Any, tokenizer: Any, prompts: list[list[str]], sketches: list, rows: list) -> list[Candidate]:
+    """Distinct decoded sentences as candidates, scored by the model and sorted best first."""
+    from tlm.model import decision_logprobs
+
     seen, cands = set(), []
     for i, new in rows:
         words = prompts[i] + new
@@ -96,13 +124,19 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     for c, (lp, n) in zip(cands, decision_logprobs(model, tokenizer, texts, [c.prompt_len for c in cands])):
         c.logprob, c.n_tokens = lp, n
     cands.sort(key=lambda c: (-c.score, c.sketch_id, c.text))
-    t1 = time.perf_counter()
-    for c in cands[:k]:
-        program = apply_sentence(c.words, task, hardware)  # raises if the model wrote an invalid program
-        c.trace, c.schedule = program.trace, program.schedule
-    out.check_s = time.perf_counter() - t1
-    out.candidates = cands[:k]
-    return out
+    return cands
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _decode(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts: list[list[str]],
@@ -133,3 +167,55 @@ def _decode(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts:
         new = new[: new.index(EOS) + 1]
         rows.append((r // beams, [w for w in new if w != PAD]))
     return rows
+
+
+def measure_candidates(task: Task, hardware: Hardware, generation: Generation, *, model_id: str,
+                       top: int | None = None, config: Any = None,
+                       on_records: Callable[[list], None] | None = None) -> list:
+    """Build, run and check the ``top`` best candidates (all by default) on this host with the
+    collectors' builder and runner, as a search's candidates are: each candidate gets its
+    ``latency_s`` or ``error``, and the records (tuner ``tlm:<model_id>``, in candidate order)
+    are returned and handed to ``on_records`` (e.g. ``Corpus.append``: the closed loop).
+    Raises ``NotRunnableHere`` when this host cannot run code for ``hardware``."""
+    from collectors.tuner import measure_schedules
+
+    chosen = generation.candidates[: top or len(generation.candidates)]
+    records: list = []
+    t0 = time.perf_counter()
+    measure_schedules(task, hardware, [c.schedule for c in chosen], tuner=tuner_name(model_id), config=config,
+                      on_records=records.extend)
+    generation.measure_s += time.perf_counter() - t0
+    if len(records) != len(chosen):
+        raise RuntimeError(f"{task.task_name}: {len(chosen)} candidates measured but {len(records)} records came back")
+    for c, r in zip(chosen, records):
+        c.latency_s, c.error = r.latency_s, r.error
+    if on_records is not None and records:
+        on_records(records)
+    return records
+
+
+def tuner_name(model_id: str) -> str:
+    """The ``tuner`` column of a record the model's schedule produced: ``tlm:<model id>``."""
+    return f"tlm:{model_id}"
+
+
+def model_tuner(model: Any, tokenizer: Any, model_id: str) -> Callable[..., Any]:
+    """A ``tune`` function for ``collectors.collect.collect``: the closed loop.
+
+    Each unit generates ``min(trials, MAX_K)`` candidates (beam search; greedy at 1 trial),
+    measures all of them like a search's candidates and hands the records on, so collection,
+    resume and run bookkeeping are the search's own; the next fine-tune learns from them.
+    """
+
+    def tune(task: Task, hardware: Hardware, config: Any, *, on_records: Callable[[list], None] | None = None,
+             run_id: str = "", progress: Callable[..., None] | None = None) -> Any:
+        from collectors.tuner import measure_schedules
+
+        g = generate(task, hardware, model, tokenizer, k=min(config.trials, MAX_K))
+        summary = measure_schedules(task, hardware, [c.schedule for c in g.candidates], tuner=tuner_name(model_id),
+                                    config=config, on_records=on_records, run_id=run_id)
+        if progress is not None:
+            progress(summary.records, config.trials, summary.best_latency_s)
+        return summary
+
+    return tune

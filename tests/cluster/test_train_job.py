@@ -120,18 +120,22 @@ def test_a_killed_training_run_resumes_from_its_last_checkpoint(sets, tmp_path):
 
 
 def test_shipped_base_is_the_pretrained_model(tmp_path, monkeypatch):
-    from cluster.train_job import resolve_base
+    from tlm.catalog import NoModel, resolve_model
 
     for name, stage in (("a-finetuned", "finetune"), ("b-pretrained", "pretrain"), ("c-finetuned", "finetune")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "tlm_model.json").write_text(json.dumps({"stage": stage, "model_config": {}}))
     (tmp_path / "not-a-model").mkdir()
     monkeypatch.chdir(tmp_path)
-    assert resolve_base("b-pretrained", None) == (str(tmp_path / "b-pretrained"), "b-pretrained"), \
+    m = resolve_model("b-pretrained", None)
+    assert (m.path, m.model_id) == (str(tmp_path / "b-pretrained"), "b-pretrained"), \
         "a relative directory is made absolute (Ray Train workers run elsewhere)"
-    assert resolve_base("shipped", None, shipped_root=str(tmp_path)) == (str(tmp_path / "b-pretrained"), "b-pretrained")
-    with pytest.raises(ValueError, match="no shipped model"):
-        resolve_base("shipped", None, shipped_root=str(tmp_path / "none"))
+    m = resolve_model("shipped", None, root=str(tmp_path))
+    assert (m.path, m.model_id, m.stage) == (str(tmp_path / "b-pretrained"), "b-pretrained", "pretrain")
+    with pytest.raises(NoModel, match="no pretrained model"):
+        resolve_model("shipped", None, root=str(tmp_path / "none"))
+    with pytest.raises(NoModel, match="unknown model 'nope'.*a-finetuned"):
+        resolve_model("nope", None, root=str(tmp_path))
 
 
 def test_quality_hook_measures_greedy_schedules_of_held_out_tasks_against_the_corpus_best(tmp_path):

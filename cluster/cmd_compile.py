@@ -1,0 +1,253 @@
+"""``tlm compile``: a whole model compiled with the TLM's schedules, checked and timed.
+
+    tlm compile --model mobilenetv2 [--hardware KEY] [--top-k K] [--tlm-model ID|DIR]
+                [--module pkg.mod:factory] [--endpoint URL] [--out model.so]
+                [--corpus DIR] [--small] [--seq-len N] [--image-size N] [--no-torch-compile] [--json]
+
+Extracts the model's tasks, asks the model (loaded here, or the server at ``--endpoint``) for
+each task's schedule: the top-1 as written (``--top-k 1``, no measurement) or the fastest of
+K measured candidates. The schedules go into a MetaSchedule database, ``compile_relax``
+builds the model with them, its output is checked against PyTorch on the example inputs, and
+its latency is printed beside TVM's untuned build, PyTorch eager and ``torch.compile``, with
+the compile time split into extraction, generation, measurement and build.
+
+``--module pkg.mod:factory`` compiles your own model: ``factory()`` returns ``(module,
+example_args)``. ``--out`` writes the compiled library (``Executable.export_library``).
+With ``--corpus``, the measured candidates of ``--top-k`` are appended (the closed loop).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("compile", help="compile a whole model with generated schedules",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="zoo model (resnet50, mobilenetv2, efficientnet_b0, bert_base, gpt2, llama7b_layer)")
+    what.add_argument("--module", metavar="PKG.MOD:FACTORY", help="your model: FACTORY() returns (module, example_args)")
+    p.add_argument("--hardware", default=None, metavar="KEY", help="hardware key (default: this machine's)")
+    p.add_argument("--top-k", type=int, default=1, metavar="K",
+                   help="1: the model's top-1, unmeasured (default); K > 1: the fastest of K measured candidates")
+    p.add_argument("--tlm-model", default=None, metavar="ID|DIR", help="the model (default: the hardware's)")
+    p.add_argument("--endpoint", default=None, metavar="URL", help="ask a running `tlm serve` instead of loading a model")
+    p.add_argument("--out", default=None, metavar="FILE.so", help="write the compiled library here")
+    p.add_argument("--corpus", default=None, metavar="DIR",
+                   help="registered models; with --top-k > 1, where the measured candidates are appended")
+    p.add_argument("--index-url", default=None, help="SQL index URL of the corpus")
+    p.add_argument("--small", action="store_true", help="the zoo's tiny variant")
+    p.add_argument("--image-size", type=int, default=None, help="CNN image side (default 224)")
+    p.add_argument("--seq-len", type=int, default=None, help="transformer sequence length (default 128)")
+    p.add_argument("--no-torch-compile", action="store_true", help="skip timing torch.compile (slow to compile)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run_compile)
+
+
+class UsageError(ValueError):
+    """A bad option (exit code 2)."""
+
+
+def load_factory(spec: str) -> tuple[Any, tuple]:
+    """``(module, example_args)`` from ``pkg.mod:factory``; UsageError names what is wrong."""
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise UsageError(f"--module {spec!r} is not PKG.MOD:FACTORY")
+    sys.path.insert(0, os.getcwd())
+    try:
+        factory = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--module {spec!r}: {exc}") from None
+    made = factory()
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise UsageError(f"--module {spec!r}: the factory must return (module, example_args), got {type(made).__name__}")
+    module, args = made
+    return module, tuple(args) if isinstance(args, (tuple, list)) else (args,)
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    try:
+        report = compile_with_tlm(args)
+    except (UsageError, ValueError) as exc:
+        if args.verbose:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    return 0 if report["correct"] else 1
+
+
+def compile_with_tlm(args: argparse.Namespace) -> dict:
+    """The whole command (the report as a dict); ValueError for the user's mistakes."""
+    import numpy as np
+    from rich.console import Console
+
+    from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
+    from collectors.hardware import check_runs_here, detect_hardware
+    from collectors.tasks import extract_tasks, import_relax
+    from collectors.zoo import MODEL_NAMES, build_model
+    from tlm.generate import MAX_K
+    from tlm.whole_model import database_of, schedule_tasks
+
+    console = Console(stderr=True)
+    if not 1 <= args.top_k <= MAX_K:
+        raise UsageError(f"--top-k must be between 1 and {MAX_K}, got {args.top_k}")
+    if args.model is not None and args.model not in MODEL_NAMES:
+        raise UsageError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)} (or --module PKG.MOD:FACTORY)")
+    hw = detect_hardware(key=args.hardware)
+    check_runs_here(hw)
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if args.model is not None:
+        module, example = build_model(args.model, small=args.small, image_size=args.image_size,
+                                      seq_len=args.seq_len or (None if args.small else 128))
+        name = args.model
+    else:
+        module, example = load_factory(args.module)
+        name = args.module
+    relax_mod = import_relax(module, example)
+    tasks = extract_tasks((module, example), hw, model_name=name, relax_mod=relax_mod)
+    times["extract_s"] = time.perf_counter() - t0
+    console.print(f"{name}: {len(tasks)} tasks on {hw.key}")
+
+    corpus = _open_corpus(args)
+    try:
+        source, model_id = _source(args, hw, corpus)
+        on_records = corpus.append if corpus is not None and args.top_k > 1 else None
+        if on_records is not None:
+            from collectors.tasks import register_tasks
+
+            corpus.register_hardware(hw.key, target=hw.target, description=hw.description)
+            register_tasks(corpus, tasks)
+        with _bar(console, len(tasks)) as advance:
+            chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance)
+    finally:
+        if corpus is not None:
+            corpus.close()
+    times["generate_s"] = sum(c.generate_s for c in chosen)
+    times["measure_s"] = sum(c.measure_s for c in chosen)
+
+    t1 = time.perf_counter()
+    tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
+    times["build_s"] = time.perf_counter() - t1
+    times["total_s"] = time.perf_counter() - t0
+    if args.out:
+        tuned.export_library(args.out)
+        console.print(f"wrote {args.out}")
+
+    got, want = run_model(tuned, example, hw), torch_output(module, example)
+    err = float(np.max(np.abs(got - want)))
+    correct = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+    console.print("timing: TLM build, untuned build, PyTorch eager" + ("" if args.no_torch_compile else ", torch.compile"))
+    lat = {"tlm_s": time_model(tuned, example, hw)}
+    t2 = time.perf_counter()
+    untuned = compile_model(relax_mod, hw)
+    times["untuned_build_s"] = time.perf_counter() - t2
+    lat["untuned_s"] = time_model(untuned, example, hw)
+    lat["torch_eager_s"] = time_torch(module, example, threads=hw.cores)
+    if not args.no_torch_compile:
+        lat["torch_compile_s"], times["torch_compile_s"] = _time_torch_compile(module, example, hw.cores)
+    report = {
+        "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
+        "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
+        "default_lowering": [{"task": c.task.task_name, "why": c.error} for c in chosen if c.trace is None],
+        "correct": correct, "max_abs_err": err, "latency": lat, "compile_time": times,
+        "per_task": [{"task": c.task.task_name, "weight": c.task.weight, "candidates": c.candidates, "rank": c.rank,
+                      "latency_s": c.latency_s, "generate_s": c.generate_s, "measure_s": c.measure_s,
+                      "error": c.error} for c in chosen],
+    }
+    _print(report, stream=sys.stderr if args.json else sys.stdout)
+    return report
+
+
+def _open_corpus(args: argparse.Namespace) -> Any:
+    if not args.corpus:
+        return None
+    from storage import Corpus
+
+    if "://" not in args.corpus and not os.path.isdir(args.corpus) and args.top_k == 1:
+        raise UsageError(f"no corpus at {args.corpus!r}")
+    return Corpus.open(args.corpus, index_url=args.index_url)
+
+
+def _source(args: argparse.Namespace, hw: Any, corpus: Any) -> tuple[Any, str]:
+    """The schedule source the options ask for and the model id it names (or the endpoint)."""
+    from tlm.catalog import model_for, resolve_model
+    from tlm.model import load_model
+    from tlm.whole_model import endpoint_source, local_source
+
+    if args.endpoint:
+        if args.tlm_model:
+            raise UsageError("--endpoint and --tlm-model exclude each other (the server picks its model)")
+        return endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN")), f"endpoint {args.endpoint}"
+    entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hw.key, corpus)
+    model, tokenizer, _ = load_model(entry.path)
+    return local_source(hw, model, tokenizer, entry.model_id), entry.model_id
+
+
+class _bar:
+    """A rich progress bar over tasks (context manager giving the per-task callback)."""
+
+    def __init__(self, console: Any, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.description}"), console=console, transient=False)
+        self.total = total
+
+    def __enter__(self) -> Any:
+        self.progress.start()
+        task = self.progress.add_task("", total=self.total)
+
+        def advance(ts: Any) -> None:
+            self.progress.update(task, advance=1, description=ts.task.task_name)
+
+        return advance
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+
+def _time_torch_compile(module: Any, example: tuple, threads: int) -> tuple[float, float]:
+    """``(latency, compile seconds)`` of ``torch.compile(module)`` (inductor; first call compiles)."""
+    import torch
+
+    from collectors.compile import time_torch
+
+    torch.set_num_threads(threads)
+    compiled = torch.compile(module)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        compiled(*example)
+    compile_s = time.perf_counter() - t0
+    return time_torch(compiled, example, threads=threads), compile_s
+
+
+def _print(report: dict, *, stream: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    lat, times = report["latency"], report["compile_time"]
+    table = Table(title=f"{report['model']} on {report['hardware']} ({report['model_id']}, top-{report['top_k']})")
+    for col in ("build", "latency ms", "vs TLM", "compile s"):
+        table.add_column(col, justify="right" if col != "build" else "left")
+    rows = [("TLM schedules", lat["tlm_s"], times["generate_s"] + times["measure_s"] + times["build_s"]),
+            ("TVM untuned", lat["untuned_s"], times["untuned_build_s"]),
+            ("PyTorch eager", lat["torch_eager_s"], 0.0)]
+    if "torch_compile_s" in lat:
+        rows.append(("torch.compile", lat["torch_compile_s"], times["torch_compile_s"]))
+    for label, s, c in rows:
+        table.add_row(label, f"{s * 1e3:.3f}", f"{s / lat['tlm_s']:.2f}x", f"{c:.1f}")
+    Console(file=stream).print(table)
+    print(f"output vs PyTorch: max abs err {report['max_abs_err']:.2e} ({'ok' if report['correct'] else 'MISMATCH'}); "
+          f"{report['scheduled']}/{report['tasks']} tasks scheduled by the TLM; compile time: extract "
+          f"{times['extract_s']:.1f} s, generate {times['generate_s']:.1f} s, measure {times['measure_s']:.1f} s, "
+          f"build {times['build_s']:.1f} s", file=stream)
+    for d in report["default_lowering"]:
+        print(f"  default lowering: {d['task']}: {d['why']}", file=stream)

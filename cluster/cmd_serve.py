@@ -1,0 +1,92 @@
+"""``tlm serve``: the schedule server on this machine (local Ray Serve, 127.0.0.1:8000).
+
+    tlm serve [--host 127.0.0.1] [--port 8000] [--corpus DIR] [--index-url URL]
+              [--models DIR] [--no-append] [--replicas N]
+
+Starts a local Ray, deploys ``cluster.serve.ScheduleServer`` and serves until Ctrl-C (or
+SIGTERM). Routes: ``POST /v1/schedules``, ``GET /v1/models``, ``GET /healthz``, the OpenAPI
+schema at ``/openapi.json`` and docs at ``/docs``. With ``TLM_SERVE_TOKEN`` set in the
+environment every route but ``/healthz`` asks for ``Authorization: Bearer <token>``. On a
+cluster, deploy ``serve_config.yaml`` with ``serve deploy`` instead.
+
+    curl -s localhost:8000/v1/schedules -H 'content-type: application/json' \\
+         -d '{"tvmscript": "...", "hardware": "cpu-rocketlake-2c", "k": 4}'
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="serve generated schedules over HTTP (Ray Serve)", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--corpus", default=os.environ.get("TLM_CORPUS"),
+                   help="corpus directory: its registered models, workload keys, and where measured "
+                        "requests are appended (default: $TLM_CORPUS; none: shipped models only)")
+    p.add_argument("--index-url", default=os.environ.get("TLM_INDEX_URL"), help="SQL index URL of the corpus")
+    p.add_argument("--models", default=None, metavar="DIR", help="shipped-models directory (default: models/)")
+    p.add_argument("--no-append", action="store_true", help="do not append measured candidates to the corpus")
+    p.add_argument("--replicas", type=int, default=1, help="replicas of the deployment (default 1)")
+    p.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        print(f"error: --port {args.port} is not a port (1-65535)", file=sys.stderr)
+        return 2
+    if args.replicas < 1:
+        print(f"error: --replicas must be >= 1, got {args.replicas}", file=sys.stderr)
+        return 2
+    if args.corpus and "://" not in args.corpus and not os.path.isdir(args.corpus):
+        print(f"error: no corpus at {args.corpus!r}", file=sys.stderr)
+        return 2
+    if args.models and not os.path.isdir(args.models):
+        print(f"error: --models {args.models!r} is not a directory", file=sys.stderr)
+        return 2
+    handle = start(host=args.host, port=args.port, corpus=args.corpus, index_url=args.index_url,
+                   models_root=args.models, append=not args.no_append, replicas=args.replicas)
+    del handle
+    print(f"serving on http://{args.host}:{args.port} (docs at /docs); Ctrl-C stops", file=sys.stderr)
+    try:
+        import time
+
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()
+    return 0
+
+
+def start(*, host: str = "127.0.0.1", port: int = 8000, corpus: str | None = None, index_url: str | None = None,
+          models_root: str | None = None, append: bool = True, replicas: int = 1) -> object:
+    """Start a local Ray (if none is running) and Serve, deploy the server, wait until it answers."""
+    from ray import serve
+
+    from cluster.ray_session import connect
+    from cluster.serve import build_app
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    connect(None)  # a local Ray's workers inherit this environment, TLM_SERVE_TOKEN included
+    serve.start(http_options={"host": host, "port": port})
+    app = build_app({"corpus": os.path.abspath(corpus) if corpus and "://" not in corpus else corpus,
+                     "index_url": index_url, "models_root": os.path.abspath(models_root) if models_root else None,
+                     "append": append, "num_replicas": replicas})
+    return serve.run(app, name="tlm", route_prefix="/")
+
+
+def stop() -> None:
+    """Shut Serve and the Ray this process started down."""
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()

@@ -1,0 +1,174 @@
+"""The schedule server: a Ray Serve deployment with a FastAPI ingress.
+
+One class, ``ScheduleServer``: ``__init__`` opens the corpus (optional: workload keys and the
+closed loop need it), ``get_model`` loads the model of a hardware key (``@serve.multiplexed``,
+so a replica keeps the few keys it was asked for and evicts the least recently used), and one
+method per route. Request handling itself (parsing TVMScript, generating, measuring, errors)
+is framework-free in ``tlm/api.py``; this module adds HTTP: the body-size limit, the bearer
+token (``TLM_SERVE_TOKEN``; every route but ``/healthz``), status codes, OpenAPI.
+
+Generation runs in a worker thread under a lock: one decode at a time per replica, since torch
+already uses every core of it; more throughput is more replicas (``num_replicas``).
+
+Run it with ``tlm serve`` (local Ray, 127.0.0.1:8000) or ``serve deploy serve_config.yaml`` on
+a cluster (``build_app`` reads the config's ``args``).
+"""
+# no "from __future__ import annotations": FastAPI reads the route annotations through Serve's wrapper
+import asyncio
+import logging
+import os
+import threading
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from tlm.api import (MAX_BODY_BYTES, TOKEN_ENV, ApiError, ModelInfo, ModelsResponse, ScheduleRequest,
+                     ScheduleResponse, check_token)
+from tlm.catalog import SHIPPED_MODELS
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+app = FastAPI(title="tlm-cluster schedule server",
+              description="Valid tensor-program schedules written by a tensor language model, in one pass.",
+              version="1")
+
+
+class _Guard:
+    """What the middleware checks, set by the replica's ``__init__`` (one deployment per process)."""
+
+    token: str | None = None
+
+
+@app.middleware("http")
+async def _guard(request: Request, call_next: Any) -> Any:
+    """Token on every route but /healthz; POST bodies must say their size and stay under the limit."""
+    if request.url.path != "/healthz":
+        try:
+            check_token(request.headers.get("authorization"), _Guard.token)
+        except ApiError as exc:
+            return JSONResponse({"detail": exc.message}, status_code=exc.status,
+                                headers={"WWW-Authenticate": "Bearer"})
+    if request.method == "POST":
+        size = request.headers.get("content-length")
+        if size is None or not size.isdigit():
+            return JSONResponse({"detail": "a POST body needs a Content-Length"}, status_code=411)
+        if int(size) > MAX_BODY_BYTES:
+            return JSONResponse({"detail": f"body of {int(size)} bytes is over the limit of {MAX_BODY_BYTES}"},
+                                status_code=413)
+    return await call_next(request)
+
+
+def _http_error(exc: ApiError) -> JSONResponse:
+    return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+
+@serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 1})
+@serve.ingress(app)
+class ScheduleServer:
+    """Schedules for TVMScript PrimFuncs (or known workloads), per hardware key."""
+
+    def __init__(self, corpus: str | None = None, index_url: str | None = None,
+                 models_root: str = SHIPPED_MODELS, append: bool = True) -> None:
+        from storage import Corpus
+
+        _Guard.token = os.environ.get(TOKEN_ENV) or None
+        self.models_root = models_root
+        self.corpus = Corpus.open(corpus, index_url=index_url) if corpus else None
+        self.append = append and self.corpus is not None
+        self.loaded: dict[str, str] = {}  # hardware key -> model id loaded for it
+        self.unavailable: dict[str, str] = {}  # hardware key -> why its model failed to load
+        self._lock = threading.Lock()
+
+    @serve.multiplexed(max_num_models_per_replica=4)
+    async def get_model(self, hardware_key: str) -> tuple[Any, Any, Any]:
+        """``(entry, model, tokenizer)`` of a hardware key; raises NoModel or the load error."""
+        from tlm.catalog import model_for
+        from tlm.model import load_model
+
+        entry = model_for(hardware_key, self.corpus, root=self.models_root)
+        model, tokenizer, _ = await asyncio.to_thread(load_model, entry.path)
+        self.loaded[hardware_key] = entry.model_id
+        self.unavailable.pop(hardware_key, None)
+        log.info("loaded %s for %s from %s", entry.model_id, hardware_key, entry.path)
+        return entry, model, tokenizer
+
+    @app.get("/healthz")
+    async def healthz(self) -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models", response_model=ModelsResponse)
+    async def models(self) -> ModelsResponse:
+        from tlm.catalog import available_models
+
+        out, seen = [], set()
+        for m in available_models(self.corpus, root=self.models_root):
+            key = m.hardware_key
+            first = key is not None and key not in seen  # the model that answers for the key
+            seen.add(key)
+            status = ("unavailable" if first and key in self.unavailable else
+                      "loaded" if first and self.loaded.get(key) == m.model_id else "available")
+            out.append(ModelInfo(model_id=m.model_id, hardware=key, stage=m.stage, source=m.source, status=status,
+                                 error=self.unavailable.get(key) if status == "unavailable" else None))
+        return ModelsResponse(models=out)
+
+    @app.post("/v1/schedules", response_model=ScheduleResponse)
+    async def schedules(self, req: ScheduleRequest) -> Any:
+        try:
+            return await self.answer(req)
+        except ApiError as exc:
+            return _http_error(exc)
+
+    async def answer(self, req: ScheduleRequest) -> ScheduleResponse:
+        """The response to one request (ApiError for everything the client can fix)."""
+        from collectors.hardware import hardware_for_key
+        from storage import HARDWARE_KEY_RE
+        from tlm.api import schedule, task_of_request
+        from tlm.catalog import NoModel
+
+        if not HARDWARE_KEY_RE.match(req.hardware):
+            raise ApiError(400, f"hardware {req.hardware!r} is not a hardware key ({HARDWARE_KEY_RE.pattern})")
+        try:
+            entry, model, tokenizer = await self.get_model(req.hardware)
+        except NoModel as exc:
+            raise ApiError(404, str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - a broken model directory: that key is down, the replica is not
+            self.unavailable[req.hardware] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            log.warning("model for %s failed to load: %s", req.hardware, exc)
+            raise ApiError(503, f"the model for hardware {req.hardware} failed to load: "
+                                f"{self.unavailable[req.hardware]}") from None
+        info = self.corpus.hardware_info(req.hardware) if self.corpus is not None else None
+        try:
+            hardware = hardware_for_key(req.hardware, info)
+        except ValueError as exc:
+            raise ApiError(422, str(exc)) from None
+        on_records = self.corpus.append if self.append else None
+
+        def run() -> ScheduleResponse:
+            with self._lock:
+                task = task_of_request(req, self.corpus)
+                return schedule(req, task, hardware, model, tokenizer, entry.model_id, on_records=on_records)
+
+        return await asyncio.to_thread(run)
+
+
+def build_app(args: dict) -> Any:
+    """The application ``serve deploy`` / ``serve run`` builds from a config's ``args``:
+    ``corpus`` (directory; relative to the project root), ``index_url``, ``models_root``,
+    ``append`` (closed loop on measured requests, default true), ``num_replicas``."""
+    args = dict(args or {})
+    unknown = set(args) - {"corpus", "index_url", "models_root", "append", "num_replicas"}
+    if unknown:
+        raise ValueError(f"unknown serve args {sorted(unknown)}; known: corpus, index_url, models_root, append, "
+                         "num_replicas")
+
+    def absolute(p: str | None) -> str | None:
+        return p if p is None or os.path.isabs(p) else os.path.join(PROJECT_ROOT, p)
+
+    deployment = ScheduleServer.options(num_replicas=int(args.get("num_replicas", 1)))
+    return deployment.bind(corpus=absolute(args.get("corpus")), index_url=args.get("index_url"),
+                           models_root=absolute(args.get("models_root")) or SHIPPED_MODELS,
+                           append=bool(args.get("append", True)))

@@ -1,0 +1,142 @@
+"""The schedule service without a web framework: requests, TVMScript safety, answers, errors.
+
+A tiny random GPT-2 writes the schedules (validity does not depend on the model's quality);
+measured answers run on this host (``cpu_hw``).
+"""
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from tlm.api import ApiError, ScheduleRequest, check_tvmscript, schedule, task_from_tvmscript, task_of_request
+from tlm.model import build_model, model_config
+from tlm.tokenizer import build_tokenizer
+
+MATMUL = '''from tvm.script import tirx as T
+
+@T.prim_func(s_tir=True)
+def mm(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32"), C: T.Buffer((64, 64), "float32")):
+    T.func_attr({"tirx.noalias": True})
+    for i, j, k in T.grid(64, 64, 64):
+        with T.sblock("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = T.float32(0)
+            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+'''
+
+
+@pytest.fixture(scope="module")
+def lm():
+    tok = build_tokenizer()
+    return build_model(model_config("tiny", tok, 400), seed=0).eval(), tok
+
+
+def test_a_zoo_task_round_trips_through_its_tvmscript(tasks):
+    t = task_from_tvmscript(tasks["matmul"].tvmscript)
+    assert t.workload_key == tasks["matmul"].workload_key
+    user = task_from_tvmscript(MATMUL)
+    assert user.task_name == "mm" and user.flops == 2 * 64 ** 3
+
+
+@pytest.mark.parametrize("text, names", [
+    ("import os", "import os"),
+    ("from subprocess import run", "from subprocess import"),
+    ("x = __import__('os')", "__import__"),
+    ("open('/etc/passwd')", "open()"),
+    ("(1).__class__", ".__class__"),
+    ("f = lambda: 0", "lambda"),
+    ("exec('1')", "exec()"),
+])
+def test_tvmscript_that_could_run_code_is_refused_before_tvm_sees_it(text, names):
+    with pytest.raises(ApiError, match="not allowed") as e:
+        check_tvmscript(text)
+    assert e.value.status == 400 and names in e.value.message
+
+
+@pytest.mark.parametrize("text, message", [
+    ("def f(:", "does not parse: line 1"),
+    ("x = 1", "does not parse"),
+    (MATMUL + "\n" + MATMUL.split("\n", 2)[2].replace("def mm", "def mm2"), "does not parse"),
+])
+def test_tvmscript_that_is_not_one_primfunc_is_a_400(text, message):
+    with pytest.raises(ApiError, match=message) as e:
+        task_from_tvmscript(text)
+    assert e.value.status == 400
+
+
+def test_requests_are_validated():
+    ok = ScheduleRequest(tvmscript=MATMUL, hardware="cpu-x-2c", k=4)
+    assert ok.k == 4 and not ok.measure
+    for bad in ({"tvmscript": MATMUL, "hardware": "cpu-x-2c", "k": 0},
+                {"tvmscript": MATMUL, "hardware": "cpu-x-2c", "k": 65},
+                {"tvmscript": MATMUL, "hardware": "cpu-x-2c", "colour": "red"},
+                {"hardware": "cpu-x-2c"},
+                {"tvmscript": MATMUL, "workload_key": "0123456789abcdef", "hardware": "cpu-x-2c"},
+                {"workload_key": "not-hex", "hardware": "cpu-x-2c"}):
+        with pytest.raises(ValidationError):
+            ScheduleRequest(**bad)
+
+
+def test_an_unknown_workload_key_is_a_404(tmp_path):
+    from storage import Corpus
+
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        with pytest.raises(ApiError, match="not in the server's corpus") as e:
+            task_of_request(ScheduleRequest(workload_key="0123456789abcdef", hardware="cpu-x-2c"), corpus)
+    assert e.value.status == 404
+
+
+def test_answer_holds_valid_ranked_schedules_whose_trace_rebuilds_the_program(lm, cpu_hw):
+    import tvm
+
+    from tlm.whole_model import schedule_of
+
+    model, tok = lm
+    req = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, k=3)
+    task = task_of_request(req, None)
+    r = schedule(req, task, cpu_hw, model, tok, "tiny-random")
+    assert r.model_id == "tiny-random" and r.workload_key == task.workload_key and r.best is None
+    assert len(r.candidates) == 3 and [c.rank for c in r.candidates] == [0, 1, 2]
+    assert [c.score for c in r.candidates] == sorted((c.score for c in r.candidates), reverse=True)
+    for c in r.candidates:
+        assert c.decisions[-1] == "[EOS]" and c.latency_s is None
+        rebuilt = schedule_of(task, cpu_hw, c.trace)
+        assert rebuilt.mod.script() == c.tvmscript
+        tvm.ir.assert_structural_equal(rebuilt.mod, tvm.script.from_source(c.tvmscript))
+
+
+def test_measured_answer_times_every_candidate_and_hands_the_records_on(lm, cpu_hw):
+    model, tok = lm
+    req = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, k=2, measure=True)
+    got: list = []
+    r = schedule(req, task_of_request(req, None), cpu_hw, model, tok, "tiny-random", on_records=got.extend)
+    assert all(c.error is None and c.latency_s > 0 for c in r.candidates)
+    assert r.best == min(range(2), key=lambda i: r.candidates[i].latency_s) and r.measure_s > 0
+    assert [x.tuner for x in got] == ["tlm:tiny-random"] * 2
+    assert [x.latency_s for x in got] == [c.latency_s for c in r.candidates]
+
+
+def test_a_primfunc_without_a_schedulable_block_is_a_422(lm, cpu_hw):
+    model, tok = lm
+    text = '''from tvm.script import tirx as T
+
+@T.prim_func(s_tir=True)
+def nothing(A: T.Buffer((4,), "float32")):
+    T.evaluate(0)
+'''
+    req = ScheduleRequest(tvmscript=text, hardware=cpu_hw.key)
+    with pytest.raises(ApiError) as e:
+        schedule(req, task_of_request(req, None), cpu_hw, model, tok, "tiny-random")
+    assert e.value.status == 422 and "nothing" in e.value.message
+
+
+def test_bearer_token_is_checked():
+    from tlm.api import check_token
+
+    check_token(None, None)
+    check_token("Bearer s3cret", "s3cret")
+    for header in (None, "Bearer wrong", "s3cret", "Basic s3cret"):
+        with pytest.raises(ApiError) as e:
+            check_token(header, "s3cret")
+        assert e.value.status == 401

@@ -1,0 +1,286 @@
+"""The schedule service's requests and answers, without a web framework.
+
+The Ray Serve deployment (``cluster/serve.py``) is a thin shell around what is here: the
+pydantic request/response models (FastAPI publishes them as the OpenAPI schema), turning a
+request into a :class:`collectors.tasks.Task` (TVMScript parsed after a static safety check, or
+a workload key looked up in the corpus index), generating and optionally measuring, and
+:class:`ApiError`, whose ``status`` is the HTTP status a problem deserves. Everything a
+client can get wrong is an ``ApiError`` with a message that names it; nothing in a request is
+unpickled, and weights come only from safetensors (``tlm.model.load_model``).
+
+:class:`ScheduleClient` is the other side: ``tlm compile --endpoint URL`` asks a running
+server for each task's schedule with it.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tlm.generate import MAX_K
+
+#: The largest request body the server reads (a big fused PrimFunc is ~20 KB of TVMScript).
+MAX_BODY_BYTES = 1 << 20
+#: Environment variable holding the bearer token; unset or empty: no token is asked for.
+TOKEN_ENV = "TLM_SERVE_TOKEN"
+
+
+class ApiError(Exception):
+    """A request the service cannot answer: ``status`` is the HTTP status, the message says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ScheduleRequest(BaseModel):
+    """``POST /v1/schedules``: one subgraph (TVMScript or a known workload key) for one hardware."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tvmscript: str | None = Field(None, description="a PrimFunc (or an IRModule of one) in TVMScript",
+                                  max_length=MAX_BODY_BYTES)
+    workload_key: str | None = Field(None, description="a workload already in the server's corpus index",
+                                     pattern=r"^[0-9a-f]{16}$")
+    hardware: str = Field(..., description="hardware key, e.g. cpu-rocketlake-2c", min_length=3, max_length=128)
+    k: int = Field(1, ge=1, le=MAX_K, description=f"candidates, ranked by likelihood (1 = greedy; at most {MAX_K})")
+    measure: bool = Field(False, description="build, run and check the candidates on the server's device")
+
+    @model_validator(mode="after")
+    def _one_task(self) -> "ScheduleRequest":
+        if (self.tvmscript is None) == (self.workload_key is None):
+            raise ValueError("give exactly one of tvmscript or workload_key")
+        return self
+
+
+class CandidateOut(BaseModel):
+    """One generated schedule."""
+
+    rank: int  # 0 = the model's most likely
+    sketch_id: int
+    score: float  # mean log-probability per decision token
+    decisions: list[str]  # the decision words of the sentence
+    trace: list = Field(description="the postprocessed MetaSchedule trace with its decisions (Trace.as_json), "
+                                    "as a tuning record stores it")
+    tvmscript: str  # the scheduled PrimFunc
+    latency_s: float | None = None  # measured and checked (measure=true)
+    error: str | None = None  # why the measurement failed
+
+
+class ScheduleResponse(BaseModel):
+    task_name: str
+    workload_key: str
+    hardware: str
+    model_id: str
+    sketches: int  # live sketches generated
+    candidates: list[CandidateOut]
+    generate_s: float  # decoding (all sketches)
+    check_s: float  # proving the candidates valid
+    measure_s: float = 0.0
+    best: int | None = None  # rank of the fastest measured candidate
+
+
+class ModelInfo(BaseModel):
+    model_id: str
+    hardware: str | None
+    stage: str
+    source: str
+    status: Literal["loaded", "available", "unavailable"]
+    error: str | None = None
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo]
+
+
+# ---------------------------------------------------------------------------------------------
+# A request's task
+
+#: Bare names a TVMScript PrimFunc may call; everything else it calls is an attribute (``T.*``).
+_CALLABLE_NAMES = frozenset({"range", "int", "float", "bool", "min", "max", "len", "tuple", "list", "abs"})
+_IMPORTS = ("tvm.script", "tvm.tirx")  # modules (and their submodules) an import may name
+
+
+def check_tvmscript(text: str) -> None:
+    """Refuse TVMScript that could run code in the server before TVM parses it.
+
+    TVM's parser evaluates parts of the source as Python, so the text is checked first: it
+    must be Python, import only from ``tvm.script``, use no dunder or private names, and call
+    only ``T.*``/``I.*`` builders or a few builtins (``range``, ``min``, ...). Raises
+    :class:`ApiError` (400) naming the first offence.
+    """
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise ApiError(400, f"tvmscript does not parse: line {exc.lineno}: {exc.msg}") from None
+    for node in ast.walk(tree):
+        bad = None
+        if isinstance(node, ast.Import):
+            bad = next((f"import {a.name}" for a in node.names if not _importable(a.name)), None)
+        elif isinstance(node, ast.ImportFrom):
+            bad = None if _importable(node.module or "") else f"from {node.module} import"
+        elif isinstance(node, ast.Name) and node.id.startswith("_"):
+            bad = node.id
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            bad = "." + node.attr
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in _CALLABLE_NAMES:
+            bad = f"{node.func.id}()"
+        elif isinstance(node, (ast.Lambda, ast.Global, ast.Nonlocal, ast.AsyncFunctionDef, ast.Await)):
+            bad = type(node).__name__.lower()
+        if bad is not None:
+            raise ApiError(400, f"tvmscript: {bad!s} is not allowed (line {getattr(node, 'lineno', '?')}); "
+                                "send a PrimFunc written with tvm.script's T builders")
+
+
+def _importable(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in _IMPORTS)
+
+
+def task_from_tvmscript(text: str) -> Any:
+    """The :class:`collectors.tasks.Task` of a PrimFunc given as TVMScript (ApiError 400 if it is not one)."""
+    import tvm
+
+    from collectors.tasks import Task, estimate_flops, op_kind_of
+    from collectors.tir import as_module, workload_key
+
+    check_tvmscript(text)
+    # TVM's parser resolves T and I itself and refuses import statements: blank them out
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for n in range(node.lineno - 1, node.end_lineno or node.lineno):
+                lines[n] = ""
+    try:
+        parsed = tvm.script.from_source("\n".join(lines))
+    except Exception as exc:  # noqa: BLE001 - TVM's parser raises many kinds
+        first = str(exc).strip().splitlines()
+        raise ApiError(400, f"tvmscript does not parse: {' '.join(first[:3])[:400]}") from None
+    if isinstance(parsed, tvm.IRModule):
+        funcs = [(gv.name_hint, f) for gv, f in parsed.functions.items()]
+        if len(funcs) != 1 or not isinstance(funcs[0][1], tvm.tirx.PrimFunc):
+            raise ApiError(400, f"tvmscript holds {len(funcs)} functions; send one PrimFunc")
+        name, func = funcs[0]
+    elif isinstance(parsed, tvm.tirx.PrimFunc):
+        name, func = str(parsed.attrs["global_symbol"]) if parsed.attrs and "global_symbol" in parsed.attrs else "main", parsed
+    else:
+        raise ApiError(400, f"tvmscript is a {type(parsed).__name__}, not a PrimFunc")
+    mod = as_module(func)
+    try:
+        flops = estimate_flops(mod)
+    except Exception:  # noqa: BLE001 - an estimate, only for display
+        flops = 0.0
+    task_name = name if name != "main" else "user_task"
+    return Task(workload_key=workload_key(mod), task_name=task_name, mod=mod, flops=flops,
+                op_kind=op_kind_of(task_name))
+
+
+def task_of_request(req: ScheduleRequest, corpus: Any | None) -> Any:
+    """The task a request names (ApiError 400/404 when it names none)."""
+    if req.tvmscript is not None:
+        return task_from_tvmscript(req.tvmscript)
+    from collectors.tasks import task_from_index
+
+    row = corpus.workload(req.workload_key) if corpus is not None else None
+    if row is None:
+        raise ApiError(404, f"workload_key {req.workload_key} is not in the server's corpus index; send tvmscript")
+    try:
+        return task_from_index(row)
+    except ValueError as exc:
+        raise ApiError(422, str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Answering
+
+def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokenizer: Any, model_id: str, *,
+             on_records: Callable[[list], None] | None = None) -> ScheduleResponse:
+    """Generate (and with ``measure`` build, run and check) the request's candidates.
+
+    A task with no schedulable block, or one the model's context cannot hold, is a 422; a
+    measurement this host cannot run (another CPU's ISA) is a 409. ``on_records`` receives the
+    measured records (the server appends them to its corpus: the closed loop).
+    """
+    from collectors.hardware import NotRunnableHere
+    from collectors.tir import trace_json
+    from tlm.generate import generate, measure_candidates
+    from tlm.language import live_sketches
+    from tlm.space import block_names, build_space
+
+    if not [b for b in block_names(task.mod) if b != "root"]:
+        raise ApiError(422, f"{task.task_name}: no schedulable block (a PrimFunc without T.sblock computes nothing "
+                            "to schedule)")
+    try:
+        sketches = live_sketches(build_space(task, hardware))
+    except Exception as exc:  # noqa: BLE001 - TVM cannot build a design space for it
+        raise ApiError(422, f"{task.task_name}: no schedule space for it on {hardware.key}: "
+                            f"{type(exc).__name__}: {str(exc)[:300]}") from None
+    if not sketches:
+        raise ApiError(422, f"{task.task_name}: no schedulable block (no sketch gives a valid program on "
+                            f"{hardware.key})")
+    try:
+        g = generate(task, hardware, model, tokenizer, k=req.k)
+    except ValueError as exc:  # e.g. a prompt longer than the model's context
+        raise ApiError(422, f"{task.task_name}: {exc}") from None
+    if req.measure:
+        try:
+            measure_candidates(task, hardware, g, model_id=model_id, on_records=on_records)
+        except NotRunnableHere as exc:
+            raise ApiError(409, f"measure: {exc}") from None
+    best = g.fastest
+    return ScheduleResponse(
+        task_name=task.task_name, workload_key=task.workload_key, hardware=hardware.key, model_id=model_id,
+        sketches=g.sketches, generate_s=g.generate_s, check_s=g.check_s, measure_s=g.measure_s,
+        best=None if best is None else g.candidates.index(best),
+        candidates=[CandidateOut(rank=i, sketch_id=c.sketch_id, score=c.score, decisions=c.decisions,
+                                 trace=trace_json(c.schedule.trace), tvmscript=c.schedule.mod.script(),
+                                 latency_s=c.latency_s, error=c.error)
+                    for i, c in enumerate(g.candidates)],
+    )
+
+
+def check_token(header: str | None, expected: str | None) -> None:
+    """Bearer-token check in constant time (ApiError 401); no expected token: nothing to check."""
+    import hmac
+
+    if not expected:
+        return
+    given = header[7:] if header and header.startswith("Bearer ") else ""
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise ApiError(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+class ScheduleClient:
+    """Asks a running ``tlm serve`` for schedules (``tlm compile --endpoint``)."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 600.0) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def schedules(self, tvmscript: str, hardware: str, *, k: int = 1, measure: bool = False) -> ScheduleResponse:
+        """The server's answer for one PrimFunc; raises ApiError with the server's message on a 4xx/5xx."""
+        import httpx
+
+        try:
+            r = self._http.post("/v1/schedules", json={"tvmscript": tvmscript, "hardware": hardware, "k": k,
+                                                       "measure": measure})
+        except httpx.HTTPError as exc:
+            raise ApiError(503, f"{self.url}: {type(exc).__name__}: {exc}") from None
+        if r.status_code != 200:
+            try:
+                detail = r.json().get("detail", r.text)
+            except json.JSONDecodeError:
+                detail = r.text
+            raise ApiError(r.status_code, f"{self.url}: {detail}")
+        return ScheduleResponse.model_validate(r.json())
+
+    def close(self) -> None:
+        self._http.close()

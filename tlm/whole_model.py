@@ -1,0 +1,151 @@
+"""A whole model scheduled by the TLM: one generated schedule per task, in a MetaSchedule database.
+
+``tlm compile`` and the demo use it the same way: :func:`schedule_tasks` asks a *source* for
+each task's candidates (the model loaded here, :func:`local_source`, or a running server,
+:func:`endpoint_source`), keeps the model's top-1 or, with ``top_k > 1``, measures the k
+candidates (correctness-checked) and keeps the fastest; :func:`database_of` writes the chosen
+schedules into a MetaSchedule ``MemoryDatabase``, which ``compile_relax``
+(``collectors.compile.compile_model``) applies to the Relax module. A task the source cannot
+schedule (no schedulable block, say) keeps TVM's default lowering and says why.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from collectors.hardware import Hardware
+from collectors.tasks import Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Choice:
+    """What a source proposed for one task: ranked traces (postprocessed, as JSON)."""
+
+    traces: list[list]  # best-ranked first
+    model_id: str
+    generate_s: float  # as the source measured it (the server's own, over HTTP)
+
+
+@dataclass
+class TaskSchedule:
+    """The schedule chosen for one task."""
+
+    task: Task
+    trace: list | None = None  # the chosen postprocessed trace (None: TVM's default lowering)
+    candidates: int = 0
+    rank: int = 0  # rank (by likelihood) of the chosen candidate
+    latency_s: float | None = None  # measured (top_k > 1), correct
+    generate_s: float = 0.0
+    measure_s: float = 0.0
+    error: str | None = None  # why the task keeps the default lowering
+
+
+#: ``source(task, k) -> Choice``
+Source = Callable[[Task, int], Choice]
+
+
+def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str) -> Source:
+    """Candidates from a model loaded in this process."""
+    from collectors.tir import trace_json
+    from tlm.generate import generate
+
+    def source(task: Task, k: int) -> Choice:
+        g = generate(task, hardware, model, tokenizer, k=k)
+        return Choice([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
+
+    return source
+
+
+def endpoint_source(url: str, hardware_key: str, *, token: str | None = None) -> Source:
+    """Candidates from a running ``tlm serve`` at ``url`` (the task's TVMScript is sent)."""
+    from tlm.api import ScheduleClient
+
+    client = ScheduleClient(url, token=token)
+
+    def source(task: Task, k: int) -> Choice:
+        r = client.schedules(task.tvmscript, hardware_key, k=k)
+        return Choice([c.trace for c in r.candidates], r.model_id, r.generate_s + r.check_s)
+
+    return source
+
+
+def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *, top_k: int = 1,
+                   on_records: Callable[[list], None] | None = None,
+                   progress: Callable[[TaskSchedule], None] | None = None) -> list[TaskSchedule]:
+    """One schedule per task: the source's top-1, or the fastest of its ``top_k`` measured here.
+
+    Measured records go to ``on_records`` (the closed loop, tuner ``tlm:<model id>``).
+    """
+    from collectors.tuner import measure_schedules
+    from tlm.api import ApiError
+    from tlm.generate import tuner_name
+
+    out = []
+    for task in tasks:
+        ts = TaskSchedule(task)
+        try:
+            choice = source(task, top_k)
+        except (ValueError, ApiError) as exc:  # the source cannot schedule it: TVM's default stays
+            ts.error = str(exc)[:300]
+            log.warning("%s keeps the default lowering: %s", task.task_name, ts.error)
+        else:
+            ts.candidates, ts.generate_s, ts.trace = len(choice.traces), choice.generate_s, choice.traces[0]
+            if top_k > 1:
+                t0 = time.perf_counter()
+                records: list = []
+                schedules = [schedule_of(task, hardware, t) for t in choice.traces]
+                measure_schedules(task, hardware, schedules, tuner=tuner_name(choice.model_id),
+                                  on_records=records.extend)
+                ts.measure_s = time.perf_counter() - t0
+                ok = [(r.latency_s, i) for i, r in enumerate(records) if r.latency_s is not None]
+                if ok:
+                    ts.latency_s, ts.rank = min(ok)
+                    ts.trace = choice.traces[ts.rank]
+                else:
+                    ts.error = f"none of {len(records)} candidates ran correctly; the top-1 is kept unmeasured"
+                if on_records is not None:
+                    on_records(records)
+        out.append(ts)
+        if progress is not None:
+            progress(ts)
+    return out
+
+
+def schedule_of(task: Task, hardware: Hardware, trace: list) -> Any:
+    """The Schedule a postprocessed trace (JSON) gives on the task's module."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from collectors.tir import as_module
+
+    sch = Schedule(as_module(task.mod), debug_mask="all")
+    Trace.apply_json_to_schedule(json.loads(json.dumps(trace)), sch)
+    return sch
+
+
+def database_of(schedules: Sequence[TaskSchedule], hardware: Hardware) -> Any:
+    """A MetaSchedule ``MemoryDatabase`` with one record per scheduled task, for ``compile_relax``.
+
+    ``run_secs`` is the measured latency where there is one; an unmeasured top-1 gets ``[0.0]``:
+    the database only ranks records of the same workload, and each workload has one record here.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    from collectors.tir import as_module, plain_json
+
+    db = ms.database.MemoryDatabase()
+    for ts in schedules:
+        if ts.trace is None:
+            continue
+        mod = as_module(ts.task.mod)
+        workload = db.commit_workload(mod)
+        args_info = [plain_json(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+        record = ms.database.TuningRecord.from_json(
+            [ts.trace, [ts.latency_s if ts.latency_s is not None else 0.0], dict(hardware.target), args_info],
+            workload)
+        db.commit_tuning_record(record)
+    return db
