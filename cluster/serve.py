@@ -82,10 +82,26 @@ class ScheduleServer:
         self.loaded: dict[str, str] = {}  # hardware key -> model id loaded for it
         self.unavailable: dict[str, str] = {}  # hardware key -> why its model failed to load
         self._lock = threading.Lock()
+        self._local: dict[str, tuple] = {}  # models of local testing mode (see _model)
 
     @serve.multiplexed(max_num_models_per_replica=4)
     async def get_model(self, hardware_key: str) -> tuple[Any, Any, Any]:
         """``(entry, model, tokenizer)`` of a hardware key; raises NoModel or the load error."""
+        return await self._load(hardware_key)
+
+    async def _model(self, hardware_key: str) -> tuple[Any, Any, Any]:
+        """Through the multiplexer in a replica; Serve's local testing mode has no replica
+        context, which ``@serve.multiplexed`` needs, so there the loader's results are kept in
+        a dict instead (same loader, same errors)."""
+        try:
+            serve.get_replica_context()
+        except Exception:  # noqa: BLE001 - RayServeException outside a replica
+            if hardware_key not in self._local:
+                self._local[hardware_key] = await self._load(hardware_key)
+            return self._local[hardware_key]
+        return await self.get_model(hardware_key)
+
+    async def _load(self, hardware_key: str) -> tuple[Any, Any, Any]:
         from tlm.catalog import model_for
         from tlm.model import load_model
 
@@ -127,12 +143,13 @@ class ScheduleServer:
         from collectors.hardware import hardware_for_key
         from storage import HARDWARE_KEY_RE
         from tlm.api import schedule, task_of_request
-        from tlm.catalog import NoModel
+        from tlm.catalog import NoModel, model_for
 
         if not HARDWARE_KEY_RE.match(req.hardware):
             raise ApiError(400, f"hardware {req.hardware!r} is not a hardware key ({HARDWARE_KEY_RE.pattern})")
         try:
-            entry, model, tokenizer = await self.get_model(req.hardware)
+            model_for(req.hardware, self.corpus, root=self.models_root)  # a 404 before the multiplexer logs it
+            entry, model, tokenizer = await self._model(req.hardware)
         except NoModel as exc:
             raise ApiError(404, str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - a broken model directory: that key is down, the replica is not

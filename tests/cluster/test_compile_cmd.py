@@ -1,0 +1,100 @@
+"""``tlm compile`` (a whole model with generated schedules, checked against PyTorch) and
+``tlm collect --strategy tlm`` (the closed loop), through the CLI, with a tiny random GPT-2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster.cli import main
+
+USER_MODEL = '''
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.fc2 = torch.nn.Linear(64, 16)
+
+    def forward(self, x):
+        return torch.softmax(self.fc2(torch.relu(self.fc1(x))), dim=-1)
+
+
+def make():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.randn(4, 32),)
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from collectors.hardware import detect_hardware
+    from tlm.model import build_model, model_config, save_model
+    from tlm.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    cfg = model_config("tiny", tok, 400)
+    path = tmp_path_factory.mktemp("m") / "tiny-host"
+    save_model(build_model(cfg, seed=0), tok, cfg, str(path),
+               info={"stage": "finetune", "hardware_key": detect_hardware("cpu").key})
+    return str(path)
+
+
+def _report(capsys) -> dict:
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+def test_compile_a_zoo_model_matches_pytorch(tiny_dir, capsys):
+    rc = main(["compile", "--model", "resnet50", "--small", "--tlm-model", tiny_dir, "--no-torch-compile", "--json"])
+    report = _report(capsys)
+    assert rc == 0 and report["correct"] and report["scheduled"] == report["tasks"] > 5
+    assert report["model_id"] == "tiny-host" and report["latency"]["tlm_s"] > 0
+    assert set(report["compile_time"]) >= {"extract_s", "generate_s", "measure_s", "build_s"}
+
+
+def test_compile_a_users_module_with_measured_top_k_appends_to_the_corpus(tiny_dir, tmp_path, monkeypatch, capsys):
+    from storage import Corpus
+
+    (tmp_path / "user_net.py").write_text(USER_MODEL)
+    monkeypatch.chdir(tmp_path)
+    rc = main(["compile", "--module", "user_net:make", "--tlm-model", tiny_dir, "--top-k", "2",
+               "--corpus", str(tmp_path / "c"), "--out", str(tmp_path / "net.so"), "--no-torch-compile", "--json"])
+    report = _report(capsys)
+    assert rc == 0 and report["correct"] and (tmp_path / "net.so").stat().st_size > 0
+    measured = [t for t in report["per_task"] if t["latency_s"]]
+    assert measured and all(t["candidates"] == 2 for t in report["per_task"] if not t["error"])
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        tuners = set(corpus.scan().column("tuner").to_pylist())
+    assert tuners == {"tlm:tiny-host"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["compile", "--model", "resnet5"], "unknown model 'resnet5'"),
+    (["compile", "--model", "resnet50", "--top-k", "0"], "--top-k must be between 1 and 64"),
+    (["compile", "--module", "nomodule"], "is not PKG.MOD:FACTORY"),
+    (["compile", "--model", "resnet50", "--small", "--tlm-model", "nope"], "unknown model 'nope'"),
+])
+def test_compile_usage_errors_are_one_line_and_exit_2(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words in err[-1] and err[-1].startswith("error:")
+
+
+def test_collect_with_the_tlm_strategy_closes_the_loop_and_resumes(tiny_dir, tmp_path, capsys):
+    from storage import Corpus
+
+    argv = ["collect", "--strategy", "tlm", "--tlm-model", tiny_dir, "--model", "resnet50", "--small",
+            "--tasks", "2", "--trials", "3", "--corpus", str(tmp_path / "c"), "--no-progress"]
+    assert main(argv) == 0
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        t = corpus.scan()
+        assert set(t.column("tuner").to_pylist()) == {"tlm:tiny-host"}
+        assert 2 <= t.num_rows <= 6 and len(set(t.column("workload_key").to_pylist())) == 2
+        first = t.num_rows
+    assert main(argv) == 0, "a second run skips the done units"
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        assert corpus.scan().num_rows == first
+    assert main([*argv[:-3], "--trials", "65", "--corpus", str(tmp_path / "c")]) == 2

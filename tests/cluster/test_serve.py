@@ -1,0 +1,172 @@
+"""The schedule server: in process (Serve's local testing mode) for routing and every bad
+input, then once for real over HTTP on loopback with ``tlm serve`` (start, requests, stop).
+
+The models directory holds a tiny random GPT-2 registered for this host's key and a broken
+one (weights that are not safetensors) for another key: that key must answer 503 and show
+as unavailable while the server goes on serving.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tlm.api import ApiError, ScheduleRequest
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN_KEY = "cpu-broken-2c"
+MATMUL = '''from tvm.script import tirx as T
+
+@T.prim_func(s_tir=True)
+def mm(A: T.Buffer((32, 48), "float32"), B: T.Buffer((48, 64), "float32"), C: T.Buffer((32, 64), "float32")):
+    T.func_attr({"tirx.noalias": True})
+    for i, j, k in T.grid(32, 64, 48):
+        with T.sblock("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = T.float32(0)
+            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+'''
+
+
+@pytest.fixture(scope="module")
+def host_key():
+    from collectors.hardware import detect_hardware
+
+    return detect_hardware("cpu").key
+
+
+@pytest.fixture(scope="module")
+def models_root(tmp_path_factory, host_key):
+    from tlm.model import build_model, model_config, save_model
+    from tlm.tokenizer import build_tokenizer
+
+    root = tmp_path_factory.mktemp("models")
+    tok = build_tokenizer()
+    cfg = model_config("tiny", tok, 400)
+    save_model(build_model(cfg, seed=0), tok, cfg, str(root / "tiny-host"),
+               info={"stage": "finetune", "hardware_key": host_key})
+    save_model(build_model(cfg, seed=1), tok, cfg, str(root / "broken"),
+               info={"stage": "finetune", "hardware_key": BROKEN_KEY})
+    (root / "broken" / "model.safetensors").write_bytes(b"not safetensors")
+    return root
+
+
+@pytest.fixture(scope="module")
+def handle(models_root):
+    from ray import serve
+
+    from cluster.serve import ScheduleServer
+
+    h = serve.run(ScheduleServer.bind(models_root=str(models_root)), _local_testing_mode=True)
+    yield h
+    serve.shutdown()
+
+
+def _answer(handle, **body):
+    return handle.answer.remote(ScheduleRequest(**body)).result()
+
+
+def test_in_process_a_tvmscript_task_gets_k_schedules(handle, host_key):
+    r = _answer(handle, tvmscript=MATMUL, hardware=host_key, k=2)
+    assert r.model_id == "tiny-host" and r.task_name == "mm" and len(r.candidates) == 2
+    assert all(c.tvmscript and c.trace for c in r.candidates)
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"tvmscript": "import os", "hardware": "HOST"}, 400, "import os is not allowed"),
+    ({"tvmscript": "def f(:", "hardware": "HOST"}, 400, "does not parse"),
+    ({"tvmscript": MATMUL, "hardware": "cpu-unknown-2c"}, 404, "no model for hardware 'cpu-unknown-2c'"),
+    ({"tvmscript": MATMUL, "hardware": "Not A Key"}, 400, "is not a hardware key"),
+    ({"workload_key": "0123456789abcdef", "hardware": "HOST"}, 404, "not in the server's corpus"),
+])
+def test_in_process_bad_requests_are_4xx_naming_the_problem(handle, host_key, body, status, words):
+    body = {k: (host_key if v == "HOST" else v) for k, v in body.items()}
+    with pytest.raises(ApiError) as e:
+        _answer(handle, **body)
+    assert e.value.status == status and words in e.value.message
+
+
+def test_in_process_a_model_that_fails_to_load_marks_its_hardware_unavailable(handle, host_key):
+    with pytest.raises(ApiError) as e:
+        _answer(handle, tvmscript=MATMUL, hardware=BROKEN_KEY)
+    assert e.value.status == 503 and "failed to load" in e.value.message
+    models = {m.model_id: m for m in handle.models.remote().result().models}
+    assert models["broken"].status == "unavailable" and models["broken"].error
+    assert _answer(handle, tvmscript=MATMUL, hardware=host_key).candidates, "the replica keeps serving"
+    assert models["tiny-host"].status == "loaded"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tlm_serve_over_http_on_loopback(models_root, host_key, tmp_path):
+    """One real server: the token, every HTTP-level bad input, a measured schedule that builds
+    and computes the right answer (the server checks it against the unscheduled program)."""
+    import httpx
+
+    port = _free_port()
+    env = {**os.environ, "TLM_SERVE_TOKEN": "s3cret", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": str(ROOT)}
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "serve", "--port", str(port), "--models",
+                             str(models_root)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.time() < deadline, "server did not come up in 180 s"
+            time.sleep(1)
+        auth = {"Authorization": "Bearer s3cret"}
+        c = httpx.Client(base_url=url, timeout=120)
+        body = {"tvmscript": MATMUL, "hardware": host_key, "k": 2, "measure": True}
+        assert c.post("/v1/schedules", json=body).status_code == 401
+        assert c.post("/v1/schedules", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert c.get("/v1/models").status_code == 401
+        r = c.post("/v1/schedules", json=body, headers=auth)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert all(x["error"] is None and x["latency_s"] > 0 for x in out["candidates"]), out["candidates"]
+        assert out["best"] in (0, 1)
+        r = c.post("/v1/schedules", json={**body, "colour": "red"}, headers=auth)
+        assert r.status_code == 422 and "colour" in r.text
+        r = c.post("/v1/schedules", json={**body, "k": 65}, headers=auth)
+        assert r.status_code == 422 and "k" in r.text
+        r = c.post("/v1/schedules", content=b" " * (2 << 20), headers={**auth, "content-type": "application/json"})
+        assert r.status_code == 413 and "over the limit" in r.text
+        r = c.post("/v1/schedules", json={**body, "tvmscript": "import os"}, headers=auth)
+        assert r.status_code == 400 and "import os" in r.json()["detail"]
+        models = c.get("/v1/models", headers=auth).json()["models"]
+        assert {m["model_id"] for m in models} == {"tiny-host", "broken"}
+        assert "/v1/schedules" in c.get("/openapi.json", headers=auth).json()["paths"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        log.close()
+    assert rc == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    time.sleep(1)
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url + "/healthz", timeout=2)
+    leftover = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert not leftover, f"processes left behind by tlm serve: {leftover}"
