@@ -7,7 +7,6 @@ as unavailable while the server goes on serving.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
