@@ -101,7 +101,7 @@ def test_answer_holds_valid_ranked_schedules_whose_trace_rebuilds_the_program(lm
     assert [c.score for c in r.candidates] == sorted((c.score for c in r.candidates), reverse=True)
     for c in r.candidates:
         assert c.decisions[-1] == "[EOS]" and c.latency_s is None
-        rebuilt = schedule_of(task, cpu_hw, c.trace)
+        rebuilt = schedule_of(task, c.trace)
         assert rebuilt.mod.script() == c.tvmscript
         tvm.ir.assert_structural_equal(rebuilt.mod, tvm.script.from_source(c.tvmscript))
 

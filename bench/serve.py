@@ -1,0 +1,213 @@
+"""The schedule server on this CPU: request latency, concurrency, and generation vs search time.
+
+    .venv/bin/python -m bench.serve [--tasks 12] [--repeats 5] [--clients 8] [--ms-tasks 4] [--ms-trials 64]
+
+Side by side in one run, on held-out tasks (workloads of models the shipped model never saw,
+MobileNetV2 and BERT-base, heaviest first) sent as TVMScript, as a deployer would:
+
+* **latency**: ``POST /v1/schedules`` (k=1, no measurement) through ``tlm serve``'s stack on
+  loopback (local Ray Serve, FastAPI, the ``small`` shipped model): p50/p99 over every request
+  (``--repeats`` per task, after one warm-up request that loads the model), and per task;
+* **throughput**: ``--clients`` concurrent clients sending the same tasks round-robin;
+* **in process**: ``tlm.generate.generate`` on the same tasks without HTTP (what the server
+  adds), with 1 torch thread (the default, ``DECODE_THREADS``) and with every core;
+* **compile-time ratio**: MetaSchedule's evolutionary search (``--ms-trials`` trials, its
+  builder and runner, correctness-checked) on ``--ms-tasks`` tasks against the generator's
+  time for the same task (the paper's "up to 61x" is this ratio), and the latency each got,
+  both re-measured by the same ``measure_schedules`` in this process.
+
+JSON to ``bench/results/serve.json``. Run on a quiet machine: the numbers are wall times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import threading
+import time
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results", "serve.json")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HELD_OUT = ("mobilenetv2", "bert_base")
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, math.ceil(q / 100 * len(xs)) - 1))]
+
+
+def held_out_tasks(corpus_dir: str, n: int) -> list:
+    """The ``n`` heaviest workloads that occur only in held-out models."""
+    from collectors.tasks import task_from_index
+    from storage import Corpus
+
+    with Corpus.open(corpus_dir) as corpus:
+        rows = [w for w in corpus.workloads() if set(w.get("models") or {}) and set(w["models"]) <= set(HELD_OUT)]
+    rows.sort(key=lambda w: -(w.get("flops") or 0) * max(w["models"].values()))
+    return [task_from_index(w) for w in rows[:n]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default=os.path.join(ROOT, "data", "corpus"))
+    ap.add_argument("--tasks", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--ms-tasks", type=int, default=4)
+    ap.add_argument("--ms-trials", type=int, default=64)
+    ap.add_argument("--port", type=int, default=8123)
+    ap.add_argument("--out", default=RESULTS)
+    args = ap.parse_args()
+
+    import httpx
+    import torch
+
+    from cluster.cmd_serve import start, stop
+    from collectors.hardware import check_runs_here, detect_hardware, hardware_for_key
+    from collectors.tuner import TuneConfig, measure_schedules, tune_task
+    from tlm.catalog import shipped_models
+    from tlm.generate import generate
+    from tlm.model import load_model
+
+    host = detect_hardware("cpu")
+    entry = next((m for m in shipped_models() if m.hardware_key == host.key), None) or \
+        next(m for m in shipped_models() if m.hardware_key)
+    hw = hardware_for_key(entry.hardware_key)
+    tasks = held_out_tasks(args.corpus, args.tasks)
+    res: dict = {"machine": {"cpu": host.description, "host_key": host.key, "python": platform.python_version()},
+                 "model": entry.model_id, "hardware": hw.key, "tasks": [t.task_name for t in tasks],
+                 "held_out_models": list(HELD_OUT)}
+    print(f"{len(tasks)} held-out tasks, model {entry.model_id} for {hw.key}")
+
+    # in process: 1 thread (default) vs every core
+    model, tok, _ = load_model(entry.path)
+    import tlm.generate as gen_mod
+
+    inproc: dict = {}
+    for threads in (1, host.cores):
+        gen_mod.DECODE_THREADS = threads
+        generate(tasks[0], hw, model, tok)  # warm
+        per = {}
+        for t in tasks:
+            times = []
+            for _ in range(args.repeats):
+                g = generate(t, hw, model, tok)
+                times.append(g.generate_s + g.check_s)
+            per[t.task_name] = statistics.median(times)
+        inproc[f"threads_{threads}"] = {"p50_s": statistics.median(per.values()), "per_task_s": per}
+    gen_mod.DECODE_THREADS = 1
+    res["in_process"] = inproc
+
+    # over HTTP
+    start(port=args.port, append=False)
+    url = f"http://127.0.0.1:{args.port}"
+    try:
+        bodies = [{"tvmscript": t.tvmscript, "hardware": hw.key, "k": 1} for t in tasks]
+        with httpx.Client(base_url=url, timeout=300) as c:
+            t0 = time.perf_counter()
+            r = c.post("/v1/schedules", json=bodies[0])
+            r.raise_for_status()
+            res["first_request_s"] = time.perf_counter() - t0  # includes loading the model
+            lat, per_task, server_gen = [], {}, []
+            for t, b in zip(tasks, bodies):
+                mine = []
+                for _ in range(args.repeats):
+                    t0 = time.perf_counter()
+                    r = c.post("/v1/schedules", json=b)
+                    mine.append(time.perf_counter() - t0)
+                    r.raise_for_status()
+                    server_gen.append(r.json()["generate_s"] + r.json()["check_s"])
+                lat += mine
+                per_task[t.task_name] = {"p50_s": statistics.median(mine), "sketches": r.json()["sketches"]}
+        res["http"] = {"requests": len(lat), "p50_s": statistics.median(lat), "p99_s": pct(lat, 99),
+                       "max_s": max(lat), "server_generate_p50_s": statistics.median(server_gen),
+                       "target_p50_s": 0.1, "per_task": per_task}
+        print(f"HTTP: p50 {res['http']['p50_s'] * 1e3:.0f} ms, p99 {res['http']['p99_s'] * 1e3:.0f} ms")
+
+        done, errors, lock = [], [], threading.Lock()
+        n_req = args.clients * args.repeats * 2
+
+        def client(i: int) -> None:
+            with httpx.Client(base_url=url, timeout=300) as c:
+                for j in range(i, n_req, args.clients):
+                    t0 = time.perf_counter()
+                    r = c.post("/v1/schedules", json=bodies[j % len(bodies)])
+                    with lock:
+                        (done if r.status_code == 200 else errors).append(time.perf_counter() - t0)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+        t0 = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - t0
+        res["concurrent"] = {"clients": args.clients, "requests": n_req, "errors": len(errors), "wall_s": wall,
+                             "requests_per_s": len(done) / wall, "p50_s": statistics.median(done),
+                             "p99_s": pct(done, 99),
+                             "sequential_requests_per_s": 1 / statistics.median(lat)}
+        print(f"{args.clients} clients: {res['concurrent']['requests_per_s']:.1f} req/s")
+    finally:
+        stop()
+
+    # generation vs MetaSchedule's search, on tasks this host can run
+    try:
+        check_runs_here(hw)
+    except Exception as exc:  # noqa: BLE001
+        res["compile_time"] = f"not measured: {exc}"
+    else:
+        torch.set_num_threads(host.cores)
+        rows = []
+        for t in tasks[: args.ms_tasks]:
+            g = generate(t, hw, model, tok)
+            gen_s = g.generate_s + g.check_s
+            t0 = time.perf_counter()
+            summary = tune_task(t, hw, TuneConfig(trials=args.ms_trials, strategy="evolutionary"))
+            ms_s = time.perf_counter() - t0
+            recs: list = []
+            best_sch = _schedule_of_trace(t, summary.best_trace_json) if summary.best_trace_json else None
+            measure_schedules(t, hw, [g.candidates[0].schedule] + ([best_sch] if best_sch else []), tuner="bench",
+                              on_records=recs.extend)
+            row = {"task": t.task_name, "tlm_generate_s": gen_s, "ms_tune_s": ms_s, "ms_trials": args.ms_trials,
+                   "compile_time_ratio": ms_s / gen_s, "tlm_top1_latency_s": recs[0].latency_s,
+                   "ms_best_latency_s": recs[1].latency_s if best_sch else None, "tlm_error": recs[0].error}
+            if row["tlm_top1_latency_s"] and row["ms_best_latency_s"]:
+                row["tlm_over_ms_latency"] = row["tlm_top1_latency_s"] / row["ms_best_latency_s"]
+            rows.append(row)
+            print(f"{t.task_name}: generate {gen_s:.2f} s vs MetaSchedule {ms_s:.0f} s ({ms_s / gen_s:.0f}x); "
+                  f"latency ratio {row.get('tlm_over_ms_latency')}")
+        ratios = [r["compile_time_ratio"] for r in rows]
+        lat_ratios = [r["tlm_over_ms_latency"] for r in rows if "tlm_over_ms_latency" in r]
+        res["compile_time"] = {
+            "per_task": rows, "geomean_compile_time_ratio": _geomean(ratios),
+            "geomean_tlm_over_ms_latency": _geomean(lat_ratios) if lat_ratios else None}
+    res["ratios"] = {
+        "http_p50_s": res["http"]["p50_s"], "http_p99_s": res["http"]["p99_s"],
+        "http_over_in_process_p50": res["http"]["p50_s"] / inproc["threads_1"]["p50_s"],
+        "threads_all_over_1": inproc[f"threads_{host.cores}"]["p50_s"] / inproc["threads_1"]["p50_s"],
+        "concurrent_over_sequential_throughput": res["concurrent"]["requests_per_s"]
+        / res["concurrent"]["sequential_requests_per_s"],
+        "compile_time_ratio_geomean": res["compile_time"].get("geomean_compile_time_ratio")
+        if isinstance(res["compile_time"], dict) else None,
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2)
+    print(json.dumps(res["ratios"], indent=2))
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _schedule_of_trace(task, trace_json_text: str):
+    from tlm.whole_model import schedule_of
+
+    return schedule_of(task, json.loads(trace_json_text))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The rule baseline: a valid program for every zoo task, correct when run, no measurement.
+
+Validity over the workloads of the shipped corpus's index (all six zoo models at the seed's
+shapes, built for this host and checked by every postprocessor); correctness on small tasks
+run here and compared with the unscheduled program (the collectors' checked runner).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collectors.rules import rule_schedule
+
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
+
+
+@pytest.fixture(scope="module")
+def host():
+    from collectors.hardware import detect_hardware
+
+    return detect_hardware("cpu")
+
+
+def test_every_zoo_task_gets_a_valid_rule_schedule(host):
+    from collectors.tasks import task_from_index
+    from storage import Corpus
+
+    with Corpus.open(str(CORPUS)) as corpus:
+        tasks = [task_from_index(w) for w in corpus.workloads()]
+    assert len(tasks) >= 200
+    tiled = 0
+    for t in tasks:
+        r = rule_schedule(t, host)  # raises when no sketch's rule program passes the postprocessors
+        assert r.schedule is not None, t.task_name
+        tiled += any(isinstance(d, list) and len(d) == 4 for d in r.decisions.values())
+    assert tiled >= 50, "matmul and conv2d tasks get multi-level tiles"
+
+
+def test_rule_schedules_compute_the_right_answer(host):
+    from collectors.tuner import measure_schedules
+    from tests.tlm.helpers import conv_mod, make_task, matmul_relu_mod, softmax_mod
+
+    for mod, name, kind in ((matmul_relu_mod(), "fused_matmul_relu", "matmul"), (conv_mod(), "conv2d", "conv2d"),
+                            (softmax_mod(), "softmax", "softmax")):
+        task = make_task(mod, name, kind)
+        r = rule_schedule(task, host)
+        assert r.schedule_s < 30
+        recs: list = []
+        measure_schedules(task, host, [r.schedule], tuner="rules", on_records=recs.extend)
+        assert recs[0].error is None and recs[0].latency_s > 0, (name, recs[0].error)
+
+
+def test_the_same_task_gets_the_same_rule_schedule(host):
+    from tests.tlm.helpers import make_task, matmul_relu_mod
+
+    task = make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul")
+    a, b = rule_schedule(task, host), rule_schedule(task, host)
+    assert a.decisions == b.decisions and a.schedule.mod.script() == b.schedule.mod.script()
+
+
+def test_cuda_is_refused_with_a_pointer_to_dlight():
+    from collectors.hardware import Hardware
+    from tests.tlm.helpers import make_task, matmul_relu_mod
+
+    gpu = Hardware(key="cuda-sm_90-test", kind="cuda", arch="sm_90", cores=132, vector_bits=1024,
+                   target={"kind": "cuda", "arch": "sm_90"}, description="test")
+    with pytest.raises(ValueError, match="dlight"):
+        rule_schedule(make_task(matmul_relu_mod(), "mm", "matmul"), gpu)
