@@ -18,9 +18,11 @@ Per task, each method's schedule and the time it took to get it:
 * ``random``: the first random valid program of the design space (seed 1);
 * ``torch_eager``: the PyTorch call verified to reproduce the task's output.
 
-Every schedule is then **re-measured in one ``measure_schedules`` call per task** (one
-builder, one runner, one evaluator setting: 3 runs x 3 repeats, median; each checked against
-the unscheduled program), so no method is judged by a latency recorded elsewhere. Aggregates:
+Every schedule is then **re-measured in one ``measure_schedules`` call per task**
+(``collectors.judge``: one builder, one runner, one evaluator setting, 3 runs x 3 repeats,
+median; each checked against the unscheduled program), so no method is judged by a latency
+recorded elsewhere; a best-of-k method's time includes k x the mean measurement time per
+schedule of that call. Aggregates:
 geometric-mean speed relative to MetaSchedule@N, weighted latency (sum of weight x latency
 over the tasks), time-to-parity (how long the N-trial search took to first measure a schedule
 as fast as the TLM's top-1, from the search's own timings), % of peak for matmul-like tasks
@@ -82,101 +84,27 @@ def peak_gflops(threads: int) -> float:
     return 2 * 2048 ** 3 / s / 1e9
 
 
-def random_valid(task: Any, hw: Any) -> tuple[Any, float]:
-    from collectors.sketches import design_space, refusing_postproc
-    from collectors.tir import as_module
-    from tvm.s_tir.schedule import Schedule
-
-    t0 = time.perf_counter()
-    for seed in range(1, 50):
-        for sk in design_space(as_module(task.mod), hw, seed=seed):
-            sch = Schedule(as_module(task.mod))
-            sk.trace.apply_to_schedule(sch, remove_postproc=True)
-            if refusing_postproc(sch, task, hw) is None:
-                return sch, time.perf_counter() - t0
-    raise RuntimeError(f"{task.task_name}: no random valid program in 49 seeds")
-
-
 def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int) -> dict:
-    from collectors.correctness import make_reference
-    from collectors.compile import time_torch
-    from collectors.rules import rule_schedule
-    from collectors.tuner import TuneConfig, measure_schedules, tune_task
+    """Every method on one task, judged in one measurement call (collectors.judge)."""
+    from collectors.judge import Method, judge, random_method, rules_method, search_methods
     from tlm.generate import generate
-    from tlm.whole_model import schedule_of
-    from bench.torch_ops import torch_equivalent
 
-    methods: dict[str, dict] = {}  # name -> {"schedules": [...], "time_s": ...}
-    g1 = generate(task, hw, model, tok, k=1)
-    g1b = generate(task, hw, model, tok, k=1)
-    deterministic = g1.candidates[0].text == g1b.candidates[0].text
-    methods["tlm_top1"] = {"schedules": [g1.candidates[0].schedule], "time_s": g1.generate_s + g1.check_s}
+    g1, g1b = generate(task, hw, model, tok, k=1), generate(task, hw, model, tok, k=1)
+    methods = {"tlm_top1": Method([g1.candidates[0].schedule], g1.generate_s + g1.check_s)}
     for k in KS:
         g = generate(task, hw, model, tok, k=k)
-        methods[f"tlm_best_of_{k}"] = {"schedules": [c.schedule for c in g.candidates],
-                                       "time_s": g.generate_s + g.check_s, "measured": True}
-    r = rule_schedule(task, hw)
-    methods["rules"] = {"schedules": [r.schedule], "time_s": r.schedule_s}
-    sch, rs = random_valid(task, hw)
-    methods["random"] = {"schedules": [sch], "time_s": rs}
-
-    records, arrivals = [], []
-    t0 = time.perf_counter()
-
-    def keep(batch: list) -> None:
-        now = time.perf_counter() - t0
-        records.extend(batch)
-        arrivals.extend([now] * len(batch))
-
-    tune_task(task, hw, TuneConfig(trials=trials, strategy="evolutionary"), on_records=keep)
-    ms_total = time.perf_counter() - t0
-    search = [(rec.latency_s, i) for i, rec in enumerate(records) if rec.latency_s is not None]
-    for budget in sorted({b for b in (64, trials) if b <= trials}):
-        ok = [(lat, i) for lat, i in search if i < budget]
-        if ok:
-            _, i = min(ok)
-            at = min(budget, len(records)) - 1
-            methods[f"ms_{budget}"] = {"schedules": [schedule_of(task, json.loads(records[i].trace_json))],
-                                       "time_s": arrivals[at] if budget < trials else ms_total}
-
-    # one measurement of everything, in one call
-    flat, owner = [], []
-    seen: dict[str, int] = {}
-    for name, m in methods.items():
-        for s in m["schedules"]:
-            key = s.mod.script()
-            if key not in seen:
-                seen[key] = len(flat)
-                flat.append(s)
-            owner.append((name, seen[key]))
-    measured: list = []
-    cfg = TuneConfig(trials=len(flat), repeat=3)
-    t1 = time.perf_counter()
-    measure_schedules(task, hw, flat, tuner="bench-quality", config=cfg, on_records=measured.extend)
-    per_schedule_s = (time.perf_counter() - t1) / max(1, len(flat))
-    row: dict = {"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "flops": task.flops,
-                 "weight": task.weight, "deterministic_greedy": deterministic, "search_records": len(records),
-                 "methods": {}}
-    for name, m in methods.items():
-        idx = [j for n, j in owner if n == name]
-        lats = [measured[j].latency_s for j in idx if measured[j].latency_s is not None]
-        errs = [measured[j].error for j in idx if measured[j].error]
-        t = m["time_s"] + (per_schedule_s * len(idx) if m.get("measured") else 0.0)
-        row["methods"][name] = {"latency_s": min(lats) if lats else None, "time_s": t, "candidates": len(idx),
-                                "errors": errs[:3], "n_errors": len(errs)}
-    ref = make_reference(task.mod)
-    fn, desc = torch_equivalent(task.op_kind, ref)
-    if fn is not None:
-        import torch
-
-        ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]]
-        row["methods"]["torch_eager"] = {"latency_s": time_torch(fn, ins, threads=hw.cores), "time_s": 0.0,
-                                         "candidates": 1, "errors": [], "n_errors": 0, "call": desc}
+        methods[f"tlm_best_of_{k}"] = Method([c.schedule for c in g.candidates], g.generate_s + g.check_s,
+                                             measured=True)
+    methods["rules"] = rules_method(task, hw)
+    methods["random"] = random_method(task, hw)
+    search = search_methods(task, hw, trials, budgets=(64,))
+    methods.update(search.methods)
+    row = {"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "flops": task.flops,
+           "weight": task.weight, "deterministic_greedy": g1.candidates[0].text == g1b.candidates[0].text,
+           "methods": judge(task, hw, methods)}
     tlm = row["methods"]["tlm_top1"]["latency_s"]
-    if tlm is not None:
-        first = next((i for lat, i in search if lat <= tlm), None)
-        row["ms_parity_s"] = arrivals[first] if first is not None else None
-        row["ms_parity_trial"] = None if first is None else first + 1
+    if tlm is not None:  # from the search's own timings of its candidates
+        row["ms_parity_s"] = next((t for t, lat in search.curve if lat <= tlm), None)
     return row
 
 

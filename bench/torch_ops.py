@@ -22,45 +22,9 @@ import math
 import os
 import platform
 import time
-from typing import Any
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "torch_ops.json")
 log = logging.getLogger("bench.torch_ops")
-
-
-def torch_equivalent(op_kind: str, ref: Any) -> tuple[Any, str]:
-    """``(fn on torch tensors, description)`` reproducing the reference output, or ``(None, reason)``."""
-    import torch
-    import torch.nn.functional as F
-
-    from collectors.correctness import compare
-
-    ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]]
-    expected = ref.outputs[-1]
-    cands: list[tuple[str, Any]] = []
-    if op_kind == "matmul" and len(ins) >= 2:
-        cands += [("a @ b", lambda a, b, *r: a @ b), ("a @ b.T", lambda a, b, *r: a @ b.transpose(-1, -2))]
-        if len(ins) == 3:
-            cands += [("a @ b + c", lambda a, b, c: a @ b + c),
-                      ("a @ b.T + c", lambda a, b, c: a @ b.transpose(-1, -2) + c)]
-    elif op_kind == "conv2d" and len(ins) == 2 and ins[0].dim() == 4 and ins[1].dim() == 4:
-        groups = {1, int(ins[0].shape[1])}
-        for g in sorted(groups):
-            for stride in (1, 2):
-                for pad in range(0, 4):
-                    cands.append((f"conv2d(stride={stride}, padding={pad}, groups={g})",
-                                  lambda x, w, s=stride, p=pad, g=g: F.conv2d(x, w, stride=s, padding=p, groups=g)))
-    else:
-        return None, f"no PyTorch mapping tried for op kind {op_kind!r} with {len(ins)} inputs"
-    for desc, fn in cands:
-        try:
-            with torch.inference_mode():
-                got = fn(*ins)
-        except RuntimeError:  # a candidate of the wrong shape
-            continue
-        if tuple(got.shape) == expected.shape and compare([got.numpy()], [expected]) is None:
-            return fn, desc
-    return None, "no candidate PyTorch call reproduced the task's output"
 
 
 def main() -> None:
@@ -69,6 +33,7 @@ def main() -> None:
     from collectors.compile import time_torch
     from collectors.correctness import make_reference
     from collectors.hardware import NotRunnableHere, check_runs_here, hardware_from_index
+    from collectors.judge import torch_equivalent
     from collectors.tasks import task_from_index
     from storage import Corpus
 

@@ -13,7 +13,7 @@ import json
 import os
 
 
-def card(path: str, held_out: str, command: str) -> str:
+def card(path: str, held_out: str, command: str, quality: str | None = None) -> str:
     from tlm.model import read_model_info
 
     info = read_model_info(path)
@@ -43,6 +43,7 @@ def card(path: str, held_out: str, command: str) -> str:
         "", "Loss and accuracy count decision tokens only (the prompt is given; padding is nothing), on the",
         "sentences of tasks that occur in the held-out models, which were never trained on.", "",
         *_greedy(m),
+        *_quality(quality, name),
         "## Reproduce", "", "```sh", command, "```", "",
         "Training configuration (from `tlm_model.json`):", "", "```json", json.dumps(tc, indent=2, sort_keys=True), "```",
     ]
@@ -69,14 +70,40 @@ def _greedy(m: dict) -> list[str]:
     return out + [""]
 
 
+def _quality(path: str | None, name: str) -> list[str]:
+    """The side-by-side section from ``bench/results/quality.json``, when it measured this model."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        q = json.load(f)
+    if q.get("model_id") != name:
+        return []
+    agg = q["aggregate"]
+    out = [f"## Against MetaSchedule, the rule baseline and PyTorch (`{os.path.relpath(path)}`)", "",
+           f"{len(q['tasks'])} tasks of models it never saw ({', '.join(q['held_out_models'])}; {q['outside_zoo']}), "
+           f"every schedule re-measured in one process with one evaluator setting and checked. Speed is "
+           f"`{agg['reference']}`'s latency over the method's (above 1: faster than MetaSchedule after "
+           f"{q['trials']} trials); time is what getting the schedule took (generation, search, measurement). "
+           f"Greedy generation deterministic: {agg['deterministic_greedy']}.", "",
+           "| method | speed vs reference (geomean) | time per task (geomean s) | % of peak (matmul, conv2d) |",
+           "|---|---:|---:|---:|"]
+    for n, v in agg["methods"].items():
+        pk = agg["pct_of_peak"].get(n)
+        out.append(f"| {n} | {v['geomean_speed_vs_ref']:.2f} | {v['geomean_time_s']:.2f} | "
+                   f"{'-' if pk is None else f'{pk:.1f}'} |")
+    return out + ["", "Per task, in `bench/results/quality.md`.", ""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("path")
     ap.add_argument("--held-out", default="mobilenetv2, bert_base")
     ap.add_argument("--command", default="bash scripts/setup.sh && scripts/train_seed.sh")
+    ap.add_argument("--quality", default=os.path.join(os.path.dirname(__file__), "..", "bench", "results", "quality.json"),
+                    help="bench/quality.py's results (quoted when they measured this model)")
     args = ap.parse_args()
     with open(os.path.join(args.path, "README.md"), "w") as f:
-        f.write(card(args.path, args.held_out, args.command))
+        f.write(card(args.path, args.held_out, args.command, args.quality))
 
 
 if __name__ == "__main__":
