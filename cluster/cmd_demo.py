@@ -1,26 +1,30 @@
-"""``tlm demo``: the whole pipeline on this machine, end to end, on embedded defaults.
+"""``tlm demo``: the whole system on this machine, from a fresh corpus to a served, compiled model.
 
-    tlm demo [--workdir DIR] [--model resnet50] [--trials 16] [--full-size]
+    tlm demo [--quick] [--workdir work/demo] [--collect-model resnet50] [--held-out mobilenetv2]
+             [--tasks N] [--trials T] [--k K] [--steps S] [--judge-tasks N] [--full-size]
 
-What it does, each step with real parts (local Ray, SQLite index, local Parquet corpus):
+Each step with real parts (a local Ray, a SQLite index, a local Parquet corpus under the work dir):
 
-1. detect this machine's hardware key and TVM target;
-2. extract the model's tasks (torch.export → Relax → fused PrimFuncs) and collect a measured
-   corpus with MetaSchedule inside Ray collector actors (every candidate measured and
-   correctness-checked; resumable: running the demo again skips what is done);
-3. print the corpus statistics and verify every Parquet part's checksum;
-4. export the best record per task as a MetaSchedule database, compile the *whole model* with
-   it, check the output against PyTorch, and time it against PyTorch eager and against the
-   untuned TVM build, in this one process;
-5. write each task's best schedule as a tensor-language sentence, decode it back and check the
-   decisions are the same; then write a valid program by a constrained random walk through the
-   legal words only and check it computes the right answer;
-6. build the pretraining / fine-tuning sentence sets from the corpus.
+1. detect this machine's hardware key; pick the base model: the shipped pretrained TLM when its
+   vocabulary has every word of this machine's prompt, else a ``tiny`` one trained from scratch
+   here (and it says so);
+2. collect a small fresh corpus of ``--collect-model`` with MetaSchedule in Ray collector
+   actors (every candidate measured and checked; running the demo again skips what is done);
+3. build the training sentences and fine-tune the base on them with Ray Train (registered in
+   the corpus's index for this hardware key);
+4. start the schedule server (Ray Serve, 127.0.0.1, an ephemeral port) with that corpus;
+5. for the heaviest tasks of ``--held-out`` (a model absent from the corpus), ask the server
+   over HTTP for its top-1 and its top-k, run MetaSchedule at a matched budget (k trials) and
+   a larger one (4k), the rule baseline and PyTorch eager, then re-measure every schedule in
+   one call per task (one evaluator setting, correctness-checked) and print the table: latency
+   and the time it took to get the schedule, per method;
+6. compile the whole held-out model with the server's top-1 schedules, check its output
+   against PyTorch and time it beside the untuned build and PyTorch eager.
 
-The default (small ResNet-50 variant, 32x32 images, its 6 heaviest tasks, 16 trials per task)
-takes a few minutes on 2 cores; ``--full-size`` uses the 224x224 model. Timings of a tiny model
-are dominated by per-operator overhead (PyTorch eager most of all): read them as a check that
-the pipeline works, and use ``bench/`` for performance figures.
+The default takes about 15 minutes on 2 cores (small model variants: 32x32 images, sequence 8);
+``--quick`` (about 3 minutes, what CI runs) shrinks every budget. Small variants make per-call
+overhead dominate (PyTorch eager most of all): read the timings as a working pipeline, and
+``bench/quality.py`` for the quality evidence.
 """
 from __future__ import annotations
 
@@ -28,22 +32,29 @@ import argparse
 import json
 import logging
 import os
-import random
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
+#: ``--quick`` / default budgets: collected tasks, trials, fine-tune steps, k, judged tasks
+QUICK = {"tasks": 2, "trials": 8, "steps": 6, "k": 2, "judge_tasks": 1}
+FULL = {"tasks": 6, "trials": 32, "steps": 80, "k": 8, "judge_tasks": 4}
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("demo", help="run the whole pipeline on this machine (the main job)",
+    p = subparsers.add_parser("demo", help="run the whole system on this machine (the main job)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workdir", default="work/demo", help="where the corpus and outputs go (default work/demo)")
-    p.add_argument("--model", default="resnet50", help="zoo model (default resnet50)")
-    p.add_argument("--trials", type=int, default=16, help="measured candidates per task (default 16)")
-    p.add_argument("--strategy", choices=("evolutionary", "replay-trace"), default="evolutionary")
-    p.add_argument("--tasks", type=int, default=6, metavar="N",
-                   help="tune the N heaviest tasks (default 6; 0 = all); the rest keep TVM's default schedule")
-    p.add_argument("--full-size", action="store_true", help="the real model size instead of the small variant")
+    p.add_argument("--workdir", default="work/demo", help="where the corpus, models and report go (default work/demo)")
+    p.add_argument("--quick", action="store_true", help="every budget shrunk (about 3 minutes; what CI runs)")
+    p.add_argument("--collect-model", default="resnet50", help="zoo model the fresh corpus is collected from")
+    p.add_argument("--held-out", default="mobilenetv2", help="zoo model absent from the corpus: served and compiled")
+    p.add_argument("--tasks", type=int, default=None, help=f"tasks collected (default {FULL['tasks']}, quick {QUICK['tasks']})")
+    p.add_argument("--trials", type=int, default=None, help=f"trials per collected task (default {FULL['trials']})")
+    p.add_argument("--steps", type=int, default=None, help=f"fine-tuning steps (default {FULL['steps']})")
+    p.add_argument("--k", type=int, default=None, help=f"TLM candidates measured per task (default {FULL['k']})")
+    p.add_argument("--judge-tasks", type=int, default=None, help=f"held-out tasks judged (default {FULL['judge_tasks']})")
+    p.add_argument("--full-size", action="store_true", help="the real model sizes instead of the small variants")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run_demo)
 
@@ -52,151 +63,242 @@ def _step(n: int, text: str) -> None:
     print(f"\n== {n}. {text}", flush=True)
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    from collectors.hardware import detect_hardware
-    from collectors.tuner import TuneConfig
-    from cluster.collect_job import JobConfig, run_collection
-    from collectors.tasks import tasks_for_models
-    from storage import Corpus
-
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    t_start = time.perf_counter()
-    work = Path(args.workdir)
-    corpus_dir = work / "corpus"
-    work.mkdir(parents=True, exist_ok=True)
-    zoo = {"small": not args.full_size, "seed": args.seed}
-    report: dict[str, Any] = {"model": args.model, "small": not args.full_size, "trials": args.trials}
-
-    _step(1, "hardware")
-    hw = detect_hardware("cpu")
-    print(f"{hw.key}: {hw.description}; target {json.dumps(hw.target)}")
-    report["hardware"] = hw.key
-
-    _step(2, f"collect {args.model} ({'small' if zoo['small'] else 'full size'}), {args.trials} trials/task, on Ray")
-    tasks = tasks_for_models([args.model], hw, max_tasks=args.tasks or None, **zoo)
-    print(f"{len(tasks)} task(s) extracted")
-    config = TuneConfig(trials=args.trials, strategy=args.strategy, seed=args.seed,
-                        trials_per_iter=min(args.trials, 64))
-    summary = run_collection(tasks, corpus_root=str(corpus_dir), tune_config=config, hardware_keys=[hw.key],
-                             config=JobConfig(), params={"model": args.model, "demo": True})
-    report["collection"] = summary.as_dict()
-    print(f"collection {summary.status}: {summary.count('done')} tuned, {summary.count('skipped')} already done, "
-          f"{summary.count('failed')} failed, {summary.records} new records in {summary.wall_s:.0f} s")
-
-    with Corpus.open(str(corpus_dir)) as corpus:
-        _step(3, "corpus")
-        st = corpus.stats()
-        print(f"{st['records']} records ({st['ok']} measured, {st['errors']} errors) in {st['parts']} Parquet parts")
-        vr = corpus.verify()
-        print("verify:", "ok" if vr.ok else "; ".join(vr.lines()))
-        report["corpus"] = {k: st[k] for k in ("records", "ok", "errors", "parts")}
-
-        _step(4, "compile the whole model with the best schedules; compare with PyTorch")
-        report["end_to_end"] = _end_to_end(corpus, hw, args.model, zoo, work)
-
-        _step(5, "tensor language: best schedules as sentences, and a constrained walk")
-        report["language"] = _language(corpus, hw, tasks, args.seed)
-
-        _step(6, "training sentence sets")
-        report["dataset"] = _dataset(corpus, work)
-
-    report["wall_s"] = round(time.perf_counter() - t_start, 1)
-    (work / "demo.json").write_text(json.dumps(report, indent=2, default=str))
-    print(f"\ndone in {report['wall_s']} s; report in {work / 'demo.json'}")
-    return 0 if summary.status == "done" and report["end_to_end"].get("max_abs_err") is not None else 1
-
-
-def _end_to_end(corpus: Any, hw: Any, model: str, zoo: dict, work: Path) -> dict:
-    import numpy as np
-    from tvm.s_tir import meta_schedule as ms
-
-    from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
-    from collectors.ms_database import export_ms
-    from collectors.tasks import import_relax
-    from collectors.zoo import build_model
-
-    db_dir = work / "best-db"
-    rep = export_ms(corpus, str(db_dir), hardware_key=hw.key, best_only=True, overwrite=True)
-    print(f"exported {rep.records} best record(s) to {db_dir}")
-    module, args = build_model(model, **zoo)
-    mod = import_relax(module, args)
-    tuned = compile_model(mod, hw, ms.database.JSONDatabase(work_dir=str(db_dir)))
-    untuned = compile_model(mod, hw)
-    got, want = run_model(tuned, args, hw), torch_output(module, args)
-    err = float(np.max(np.abs(got - want)))
-    ok = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
-    t_tuned = time_model(tuned, args, hw)
-    t_untuned = time_model(untuned, args, hw)
-    t_torch = time_torch(module, args, threads=hw.cores)
-    print(f"output vs PyTorch: max abs err {err:.2e} ({'ok' if ok else 'MISMATCH'})")
-    print(f"latency: tuned TVM {t_tuned * 1e3:.3f} ms | untuned TVM {t_untuned * 1e3:.3f} ms | "
-          f"PyTorch eager {t_torch * 1e3:.3f} ms  -> tuned is {t_untuned / t_tuned:.1f}x faster than untuned, "
-          f"{t_torch / t_tuned:.2f}x PyTorch eager")
-    return {"records_exported": rep.records, "max_abs_err": err if ok else None, "tuned_ms": t_tuned * 1e3,
-            "untuned_ms": t_untuned * 1e3, "torch_eager_ms": t_torch * 1e3,
-            "speedup_vs_untuned": t_untuned / t_tuned, "speedup_vs_torch": t_torch / t_tuned}
-
-
-def _language(corpus: Any, hw: Any, tasks: list, seed: int) -> dict:
-    from tlm.constrained import apply_sentence
-    from tlm.language import decode, encode, legal_next_tokens
-    from collectors.correctness import check_schedule, make_reference
-
-    out: dict[str, Any] = {"round_trips": 0, "sentences": 0}
-    prompts: dict[str, tuple] = {}  # workload key -> prompt of its best schedule's sketch
-    shown = False
-    for task in tasks:
-        best = corpus.top_k(task.workload_key, hw.key, 1).to_pylist()
-        if not best:
-            continue
-        sentence = encode(task, hw, best[0]["trace_json"])
-        prompts[task.workload_key] = sentence.prompt
-        out["sentences"] += 1
-        out["round_trips"] += int(_same_program(task.mod, best[0]["trace_json"], decode(sentence, task, hw)))
-        if not shown:
-            words = sentence.tokens
-            print(f"{task.task_name}: {len(words)} words, prompt {sentence.prompt_len}")
-            print("  prompt ...", " ".join(words[max(0, sentence.prompt_len - 24):sentence.prompt_len]))
-            print("  decisions:", " ".join(sentence.decisions))
-            shown = True
-    print(f"{out['round_trips']}/{out['sentences']} best schedules round-trip exactly (sentence -> trace)")
-
-    # A constrained random walk: only legal words, so the program is valid by construction.
-    rng = random.Random(seed)
-    task = max(tasks, key=lambda t: t.flops * t.weight)
-    if task.workload_key in prompts:
-        words = list(prompts[task.workload_key])
-        steps = 0
-        while words[-1] != "[EOS]":
-            legal = sorted(legal_next_tokens(words, task, hw))
-            words.append(rng.choice(legal))
-            steps += 1
-        program = apply_sentence(words, task, hw)
-        err = check_schedule(program.schedule, make_reference(task.mod, seed=seed), hw.tvm_target())
-        print(f"random legal walk on {task.task_name}: {steps} words -> "
-              f"{'valid program, right answer' if err is None else 'ERROR: ' + err}")
-        out["walk"] = {"task": task.task_name, "words": steps, "error": err}
+def _budgets(args: argparse.Namespace) -> dict:
+    base = QUICK if args.quick else FULL
+    out = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in base.items()}
+    for k, v in out.items():
+        if v < 1:
+            raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
     return out
 
 
-def _same_program(mod: Any, trace_json: str, decoded: Any) -> bool:
-    """Whether the record's trace and the decoded trace schedule ``mod`` into the same program
-    (both replayed without postprocessing, compared structurally)."""
-    import tvm_ffi
-    from tvm.s_tir.schedule import Schedule, Trace
+def run_demo(args: argparse.Namespace) -> int:
+    from collectors.zoo import MODEL_NAMES
 
-    loaded = Schedule(mod)
-    Trace.apply_json_to_schedule(json.loads(trace_json), loaded)
-    a, b = Schedule(mod), Schedule(mod)
-    loaded.trace.apply_to_schedule(a, remove_postproc=True)
-    decoded.apply_to_schedule(b, remove_postproc=True)
-    return bool(tvm_ffi.structural_equal(a.mod, b.mod))
+    try:
+        b = _budgets(args)
+        for name in (args.collect_model, args.held_out):
+            if name not in MODEL_NAMES:
+                raise ValueError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
+        if args.collect_model == args.held_out:
+            raise ValueError("--held-out must differ from --collect-model (it is the model the TLM never saw)")
+    except ValueError as exc:
+        if args.verbose:
+            raise
+        print(f"error: {exc}", flush=True)
+        return 2
+    import ray
+
+    from cluster.ray_session import connect
+
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    started = connect(None)
+    try:
+        return _demo(args, b)
+    finally:
+        if started:
+            ray.shutdown()
 
 
-def _dataset(corpus: Any, work: Path) -> dict:
+def _demo(args: argparse.Namespace, b: dict) -> int:
+    from cluster.collect_job import JobConfig, run_collection
+    from collectors.hardware import detect_hardware
+    from collectors.tasks import tasks_for_models
+    from collectors.tuner import TuneConfig
+    from storage import Corpus
+
+    t_start = time.perf_counter()
+    work = Path(args.workdir).resolve()
+    corpus_dir = work / "corpus"
+    work.mkdir(parents=True, exist_ok=True)
+    zoo = {"small": not args.full_size, "seed": args.seed}
+    report: dict[str, Any] = {"budgets": b, "collect_model": args.collect_model, "held_out": args.held_out,
+                              "small": zoo["small"]}
+
+    _step(1, "hardware and base model")
+    hw = detect_hardware("cpu")
+    base, why = _base_model(hw)
+    print(f"{hw.key}: {hw.description}")
+    print(f"base model: {base.model_id if base else 'a tiny model trained from scratch'} ({why})")
+    report |= {"hardware": hw.key, "base_model": base.model_id if base else None, "base_model_why": why}
+
+    _step(2, f"collect {args.collect_model}: {b['tasks']} tasks x {b['trials']} trials, MetaSchedule on Ray")
+    tasks = tasks_for_models([args.collect_model], hw, max_tasks=b["tasks"], **zoo)
+    config = TuneConfig(trials=b["trials"], strategy="evolutionary", seed=args.seed, trials_per_iter=min(b["trials"], 64))
+    summary = run_collection(tasks, corpus_root=str(corpus_dir), tune_config=config, hardware_keys=[hw.key],
+                             config=JobConfig(), params={"model": args.collect_model, "demo": True})
+    report["collection"] = summary.as_dict()
+    print(f"collection {summary.status}: {summary.count('done')} tuned, {summary.count('skipped')} already done, "
+          f"{summary.records} new records in {summary.wall_s:.0f} s")
+    if summary.status != "done":
+        print("collection did not finish; the report is incomplete")
+        return 1
+
+    _step(3, f"fine-tune ({b['steps']} steps, Ray Train)")
+    model_id = _train(corpus_dir, work, hw, base, b["steps"], args.seed)
+    report["model_id"] = model_id
+
+    _step(4, "start the schedule server")
+    from ray import serve
+
+    from cluster.cmd_serve import start
+
+    port = _free_port()
+    t0 = time.perf_counter()
+    start(port=port, corpus=str(corpus_dir), append=False, access_log=False)
+    url = f"http://127.0.0.1:{port}"
+    print(f"serving on {url} ({time.perf_counter() - t0:.0f} s to start)")
+    try:
+        held = tasks_for_models([args.held_out], hw, **zoo)
+        _step(5, f"{args.held_out} (held out): {b['judge_tasks']} heaviest of {len(held)} tasks, every method judged")
+        report["tasks"] = _judge_tasks(url, hw, held[: b["judge_tasks"]], b["k"])
+        _print_table(report["tasks"], b["k"])
+        _step(6, f"compile {args.held_out} with the server's schedules")
+        report["whole_model"] = _compile(url, hw, args.held_out, zoo, held)
+    finally:
+        serve.shutdown()  # the demo's Ray is shut down by run_demo
+    with Corpus.open(str(corpus_dir)) as corpus:
+        vr = corpus.verify()
+    report["corpus_verifies"] = vr.ok
+    report["wall_s"] = round(time.perf_counter() - t_start, 1)
+    (work / "demo.json").write_text(json.dumps(report, indent=2, default=str))
+    print(f"\ndone in {report['wall_s']} s; report in {work / 'demo.json'}")
+    ok = report["whole_model"]["correct"] and vr.ok and all(
+        m["latency_s"] for t in report["tasks"] for m in t["methods"].values())
+    return 0 if ok else 1
+
+
+def _base_model(hw: Any) -> tuple[Any, str]:
+    """The shipped pretrained model when its vocabulary covers this machine's prompt words."""
+    from tlm.catalog import NoModel, pretrained_model
+    from tlm.language import hardware_tokens
+    from tlm.tokenizer import load_tokenizer
+
+    try:
+        entry = pretrained_model()
+    except NoModel as exc:
+        return None, str(exc)
+    vocab = load_tokenizer(entry.path).get_vocab()
+    unknown = [w for w in hardware_tokens(hw) if w not in vocab]
+    if hw.kind != "cpu" or unknown:
+        return None, (f"the shipped model was pretrained on CPUs and does not know {unknown or hw.kind}: "
+                      "a tiny model is pretrained here instead")
+    return entry, f"shipped, pretrained on the seed corpus; its vocabulary covers {hw.key}"
+
+
+def _train(corpus_dir: Path, work: Path, hw: Any, base: Any, steps: int, seed: int) -> str:
+    from cluster.train_job import TrainJob, run_training
+    from storage import Corpus
     from tlm.dataset import DatasetConfig, build_datasets
+    from tlm.train import TrainConfig
 
-    out = work / f"dataset-{int(time.time())}"
-    s = build_datasets(corpus, str(out), DatasetConfig(pretrain_per_sketch=2, finetune_top_k=2), progress=False)
-    print(f"{s.pretrain_rows} pretraining and {s.finetune_rows} fine-tuning sentences in {out}")
-    return {"pretrain": s.pretrain_rows, "finetune": s.finetune_rows, "dir": os.fspath(out)}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    with Corpus.open(str(corpus_dir)) as corpus:  # a new set per run: the corpus may have grown
+        s = build_datasets(corpus, str(work / f"dataset-{stamp}"), DatasetConfig(pretrain_per_sketch=4, finetune_top_k=4),
+                           progress=False)
+    data_dir = s.out_dir
+    print(f"{s.pretrain_rows} pretraining and {s.finetune_rows} fine-tuning sentences")
+    models = work / "models"
+    name = f"demo-{hw.key}-{stamp}"
+    if base is None:  # far from the shipped model: a tiny model of this machine's own
+        pre = run_training(TrainConfig(stage="pretrain", preset="tiny", max_steps=steps, batch_size=8,
+                                       eval_every=max(steps, 1), seed=seed),
+                           TrainJob(dataset_dir=data_dir, out_dir=str(models), name=name + "-pretrain", workers=1,
+                                    corpus=str(corpus_dir)))
+        base_path, base_id = pre.path, pre.model_id
+    else:
+        base_path, base_id = base.path, base.model_id
+    res = run_training(TrainConfig(stage="finetune", max_steps=steps, batch_size=8, eval_every=max(steps, 1),
+                                   loss_weighting="latency", warmup_steps=2, seed=seed),
+                       TrainJob(dataset_dir=data_dir, out_dir=str(models), name=name, workers=1,
+                                hardware_key=hw.key, base_path=base_path, base_model_id=base_id,
+                                corpus=str(corpus_dir)))
+    m = res.metrics
+    print(f"{res.model_id}: {m.get('step')} steps in {res.wall_s:.0f} s, held-out loss {m.get('eval_loss')}")
+    return res.model_id
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _judge_tasks(url: str, hw: Any, tasks: list, k: int) -> list[dict]:
+    """Per task: the server's top-1 and top-k (over HTTP), MetaSchedule at k and 4k trials, the
+    rules; all re-measured in one call (collectors.judge) beside PyTorch eager."""
+    from rich.progress import Progress
+
+    from collectors.judge import Method, judge, rules_method, search_methods
+    from tlm.api import ScheduleClient
+    from tlm.whole_model import schedule_of
+
+    client = ScheduleClient(url)
+    client.schedules(tasks[0].tvmscript, hw.key)  # loads the model: not part of any task's time
+    rows = []
+    with Progress(transient=True) as bar:
+        job = bar.add_task("judging", total=len(tasks))
+        for task in tasks:
+            bar.update(job, description=task.task_name)
+            methods = {}
+            for name, kk in (("tlm_top1", 1), (f"tlm_best_of_{k}", k)):
+                t0 = time.perf_counter()
+                r = client.schedules(task.tvmscript, hw.key, k=kk)
+                methods[name] = Method([schedule_of(task, c.trace) for c in r.candidates], time.perf_counter() - t0,
+                                       measured=kk > 1)
+            search = search_methods(task, hw, 4 * k, budgets=(k,))
+            methods.update(search.methods)
+            methods["rules"] = rules_method(task, hw)
+            rows.append({"task": task.task_name, "weight": task.weight, "flops": task.flops,
+                         "methods": judge(task, hw, methods)})
+            bar.advance(job)
+    client.close()
+    return rows
+
+
+def _print_table(rows: list[dict], k: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    order = ["tlm_top1", f"tlm_best_of_{k}", f"ms_{k}", f"ms_{4 * k}", "rules", "torch_eager"]
+    table = Table(title="latency (us) / time to get the schedule (s); re-measured in one call per task")
+    table.add_column("task")
+    for n in order:
+        table.add_column(n, justify="right")
+    for r in rows:
+        cells = []
+        for n in order:
+            m = r["methods"].get(n)
+            cells.append("-" if not m or not m["latency_s"] else f"{m['latency_s'] * 1e6:.0f} / {m['time_s']:.2f}")
+        table.add_row(r["task"], *cells)
+    Console().print(table)
+
+
+def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list) -> dict:
+    import numpy as np
+
+    from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
+    from collectors.tasks import import_relax
+    from collectors.zoo import build_model
+    from tlm.whole_model import database_of, endpoint_source, schedule_tasks
+
+    module, example = build_model(model, **zoo)
+    relax_mod = import_relax(module, example)
+    t0 = time.perf_counter()
+    chosen = schedule_tasks(tasks, hw, endpoint_source(url, hw.key))
+    gen_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
+    build_s = time.perf_counter() - t1
+    got, want = run_model(tuned, example, hw), torch_output(module, example)
+    correct = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+    lat = {"tlm_s": time_model(tuned, example, hw), "untuned_s": time_model(compile_model(relax_mod, hw), example, hw),
+           "torch_eager_s": time_torch(module, example, threads=hw.cores)}
+    scheduled = sum(1 for c in chosen if c.trace is not None)
+    print(f"{model}: {scheduled}/{len(tasks)} tasks scheduled over HTTP in {gen_s:.1f} s, built in {build_s:.1f} s; "
+          f"output vs PyTorch {'ok' if correct else 'MISMATCH'} (max abs err {float(np.max(np.abs(got - want))):.1e})")
+    print(f"latency: TLM {lat['tlm_s'] * 1e3:.3f} ms | untuned TVM {lat['untuned_s'] * 1e3:.3f} ms | "
+          f"PyTorch eager {lat['torch_eager_s'] * 1e3:.3f} ms")
+    return {"tasks": len(tasks), "scheduled": scheduled, "generate_s": gen_s, "build_s": build_s, "correct": correct,
+            "latency": lat}

@@ -64,7 +64,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def start(*, host: str = "127.0.0.1", port: int = 8000, corpus: str | None = None, index_url: str | None = None,
-          models_root: str | None = None, append: bool = True, replicas: int = 1) -> object:
+          models_root: str | None = None, append: bool = True, replicas: int = 1, access_log: bool = True) -> object:
     """Start a local Ray (if none is running) and Serve, deploy the server, wait until it answers."""
     from ray import serve
 
@@ -78,7 +78,10 @@ def start(*, host: str = "127.0.0.1", port: int = 8000, corpus: str | None = Non
     app = build_app({"corpus": os.path.abspath(corpus) if corpus and "://" not in corpus else corpus,
                      "index_url": index_url, "models_root": os.path.abspath(models_root) if models_root else None,
                      "append": append, "num_replicas": replicas})
-    return serve.run(app, name="tlm", route_prefix="/")
+    from ray.serve.schema import LoggingConfig
+
+    logging_config = None if access_log else LoggingConfig(enable_access_log=False, log_level="WARNING")
+    return serve.run(app, name="tlm", route_prefix="/", logging_config=logging_config)
 
 
 def stop() -> None:

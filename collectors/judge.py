@@ -56,7 +56,10 @@ def search_methods(task: Task, hardware: Hardware, trials: int, budgets: Sequenc
         records.extend(batch)
         arrivals.extend([now] * len(batch))
 
-    tune_task(task, hardware, TuneConfig(trials=trials, strategy="evolutionary"), on_records=keep)
+    # batches end at the budgets, so a budget's time is when its last candidate was measured
+    per_iter = min([b for b in budgets if b < trials] + [trials, 64])
+    tune_task(task, hardware, TuneConfig(trials=trials, strategy="evolutionary", trials_per_iter=per_iter),
+              on_records=keep)
     wall = time.perf_counter() - t0
     ok = [(r.latency_s, i) for i, r in enumerate(records) if r.latency_s is not None]
     out = Search({}, [(arrivals[i], lat) for lat, i in ok], wall)

@@ -98,7 +98,7 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
             if top_k > 1:
                 t0 = time.perf_counter()
                 records: list = []
-                schedules = [schedule_of(task, hardware, t) for t in choice.traces]
+                schedules = [schedule_of(task, t) for t in choice.traces]
                 measure_schedules(task, hardware, schedules, tuner=tuner_name(choice.model_id),
                                   on_records=records.extend)
                 ts.measure_s = time.perf_counter() - t0
@@ -116,7 +116,7 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
     return out
 
 
-def schedule_of(task: Task, hardware: Hardware, trace: list) -> Any:
+def schedule_of(task: Task, trace: list) -> Any:
     """The Schedule a postprocessed trace (JSON) gives on the task's module."""
     from tvm.s_tir.schedule import Schedule, Trace
 
