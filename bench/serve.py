@@ -50,6 +50,31 @@ def held_out_tasks(corpus_dir: str, n: int) -> list:
     return [task_from_index(w) for w in rows[:n]]
 
 
+def sketch_cost(tasks: list, hw, model, tok) -> dict:
+    """What generating every live sketch costs over decoding one: the prompts are one batch, so
+    the extra sketches share each decoding step (the generator's choice: rank all, module doc)."""
+    from tlm.generate import _decode
+    from tlm.language import live_sketches, prompt_tokens
+    from tlm.space import build_space
+
+    rows = []
+    for t in tasks:
+        space = build_space(t, hw)
+        prompts = [prompt_tokens(space, sk) for sk in live_sketches(space)]
+        times = {}
+        for label, ps in (("one", prompts[:1]), ("all", prompts)):
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                _decode(model, tok, t, hw, ps, 1)
+                best = min(best, time.perf_counter() - t0)
+            times[label] = best
+        rows.append({"task": t.task_name, "sketches": len(prompts), "one_sketch_s": times["one"],
+                     "all_sketches_s": times["all"], "ratio": times["all"] / times["one"]})
+    return {"per_task": rows, "geomean_all_over_one": _geomean([r["ratio"] for r in rows]),
+            "mean_sketches": statistics.mean(r["sketches"] for r in rows)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=os.path.join(ROOT, "data", "corpus"))
@@ -100,6 +125,7 @@ def main() -> None:
         inproc[f"threads_{threads}"] = {"p50_s": statistics.median(per.values()), "per_task_s": per}
     gen_mod.DECODE_THREADS = 1
     res["in_process"] = inproc
+    res["sketches"] = sketch_cost(tasks, hw, model, tok)
 
     # over HTTP
     start(port=args.port, append=False)
@@ -190,6 +216,7 @@ def main() -> None:
         "threads_all_over_1": inproc[f"threads_{host.cores}"]["p50_s"] / inproc["threads_1"]["p50_s"],
         "concurrent_over_sequential_throughput": res["concurrent"]["requests_per_s"]
         / res["concurrent"]["sequential_requests_per_s"],
+        "all_sketches_over_one_sketch_decode": res["sketches"]["geomean_all_over_one"],
         "compile_time_ratio_geomean": res["compile_time"].get("geomean_compile_time_ratio")
         if isinstance(res["compile_time"], dict) else None,
     }

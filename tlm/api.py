@@ -14,6 +14,7 @@ server for each task's schedule with it.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from typing import Any, Callable, Literal
 
@@ -139,8 +140,12 @@ def _importable(module: str) -> bool:
     return any(module == m or module.startswith(m + ".") for m in _IMPORTS)
 
 
+@functools.lru_cache(maxsize=256)
 def task_from_tvmscript(text: str) -> Any:
-    """The :class:`collectors.tasks.Task` of a PrimFunc given as TVMScript (ApiError 400 if it is not one)."""
+    """The :class:`collectors.tasks.Task` of a PrimFunc given as TVMScript (ApiError 400 if it is not one).
+
+    Cached by text (a deployer sends the same subgraph again, e.g. from another model); errors
+    are not cached. The Task is shared: callers must not change it."""
     import tvm
 
     from collectors.tasks import Task, estimate_flops, op_kind_of

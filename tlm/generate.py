@@ -112,16 +112,18 @@ def _ranked(model: Any, tokenizer: Any, prompts: list[list[str]], sketches: list
     """Distinct decoded sentences as candidates, scored by the model and sorted best first."""
     from tlm.model import decision_logprobs
 
-    seen, cands = set(), []
-    for i, new in rows:
+    seen, cands, given = set(), [], []
+    for i, new, score in rows:
         words = prompts[i] + new
         if tuple(words) in seen:
             continue
         seen.add(tuple(words))
         cands.append(Candidate(sketch_id=sketches[i].sketch_id, words=words, prompt_len=len(prompts[i]),
                                logprob=0.0, n_tokens=0))
-    texts = [c.text for c in cands]
-    for c, (lp, n) in zip(cands, decision_logprobs(model, tokenizer, texts, [c.prompt_len for c in cands])):
+        given.append(score)
+    scores = given if all(g is not None for g in given) else \
+        decision_logprobs(model, tokenizer, [c.text for c in cands], [c.prompt_len for c in cands])
+    for c, (lp, n) in zip(cands, scores):
         c.logprob, c.n_tokens = lp, n
     cands.sort(key=lambda c: (-c.score, c.sketch_id, c.text))
     return cands
@@ -140,8 +142,9 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 
 def _decode(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts: list[list[str]],
-            k: int) -> list[tuple[int, list[str]]]:
-    """``(prompt index, generated words up to [EOS])`` for every returned sequence."""
+            k: int) -> list[tuple[int, list[str], tuple[float, int] | None]]:
+    """``(prompt index, generated words up to [EOS], (log-probability, words) or None)`` for every
+    returned sequence; the score is given for greedy rows only."""
     import torch
 
     batch = tokenizer([" ".join(p) for p in prompts], return_tensors="pt", padding=True)
@@ -157,15 +160,23 @@ def _decode(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts:
         gen = model.generate(**batch, logits_processor=[proc], do_sample=False, num_beams=beams,
                              num_return_sequences=beams, max_new_tokens=room, use_cache=True,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                             early_stopping=beams > 1)
+                             early_stopping=beams > 1, return_dict_in_generate=True, output_logits=beams == 1)
+    seqs = gen.sequences
+    # greedy: each chosen word's log-probability under the model's raw (unmasked) distribution,
+    # from the logits generate already computed; beams are re-scored by decision_logprobs
+    steps = torch.log_softmax(torch.stack(gen.logits, 1).float(), -1) if beams == 1 else None
     rows = []
-    for r in range(gen.shape[0]):
-        new = tokenizer.convert_ids_to_tokens(gen[r, width:].tolist())
+    for r in range(seqs.shape[0]):
+        ids = seqs[r, width:].tolist()
+        new = tokenizer.convert_ids_to_tokens(ids)
         if EOS not in new:
             raise ValueError(f"{task.task_name}: a schedule did not finish within {room} words "
                              f"(the model's context is too short for this task)")
-        new = new[: new.index(EOS) + 1]
-        rows.append((r // beams, [w for w in new if w != PAD]))
+        end = new.index(EOS) + 1
+        score = None
+        if steps is not None:
+            score = (float(steps[r, torch.arange(end), torch.tensor(ids[:end])].sum()), end)
+        rows.append((r // beams, [w for w in new[:end] if w != PAD], score))
     return rows
 
 
