@@ -45,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=int, default=None, help="CNN image side (default 224)")
     p.add_argument("--seq-len", type=int, default=None, help="transformer sequence length (default 128)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip timing torch.compile (slow to compile)")
+    p.add_argument("--corpus-best", action="store_true",
+                   help="also build with the best record per task in --corpus (MetaSchedule's search) and time it")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run_compile)
 
@@ -153,6 +155,9 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     lat["torch_eager_s"] = time_torch(module, example, threads=hw.cores)
     if not args.no_torch_compile:
         lat["torch_compile_s"], times["torch_compile_s"] = _time_torch_compile(module, example, hw.cores)
+    if args.corpus_best:
+        lat["corpus_best_s"], times["corpus_best_build_s"], times["corpus_best_tasks"] = \
+            _time_corpus_best(args, hw, relax_mod, example)
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
@@ -214,6 +219,27 @@ class _bar:
         self.progress.stop()
 
 
+def _time_corpus_best(args: argparse.Namespace, hw: Any, relax_mod: Any, example: tuple) -> tuple[float, float, int]:
+    """``(latency, build seconds, tasks with a record)`` of the model built with the corpus's
+    fastest record per task (``export_ms``), the search's answer to the same question."""
+    import tempfile
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from collectors.compile import compile_model, time_model
+    from collectors.ms_database import export_ms
+    from storage import Corpus
+
+    if not args.corpus:
+        raise UsageError("--corpus-best needs --corpus DIR")
+    with tempfile.TemporaryDirectory() as d, Corpus.open(args.corpus, index_url=args.index_url) as corpus:
+        rep = export_ms(corpus, d, hardware_key=hw.key, best_only=True)
+        t0 = time.perf_counter()
+        built = compile_model(relax_mod, hw, ms.database.JSONDatabase(work_dir=d))
+        build_s = time.perf_counter() - t0
+    return time_model(built, example, hw), build_s, rep.workloads
+
+
 def _time_torch_compile(module: Any, example: tuple, threads: int) -> tuple[float, float]:
     """``(latency, compile seconds)`` of ``torch.compile(module)`` (inductor; first call compiles)."""
     import torch
@@ -242,6 +268,9 @@ def _print(report: dict, *, stream: Any) -> None:
             ("PyTorch eager", lat["torch_eager_s"], 0.0)]
     if "torch_compile_s" in lat:
         rows.append(("torch.compile", lat["torch_compile_s"], times["torch_compile_s"]))
+    if "corpus_best_s" in lat:
+        rows.append((f"corpus best ({times['corpus_best_tasks']} tasks)", lat["corpus_best_s"],
+                     times["corpus_best_build_s"]))
     for label, s, c in rows:
         table.add_row(label, f"{s * 1e3:.3f}", f"{s / lat['tlm_s']:.2f}x", f"{c:.1f}")
     Console(file=stream).print(table)

@@ -37,6 +37,24 @@ def test_every_zoo_task_gets_a_valid_rule_schedule(host):
     assert tiled >= 50, "matmul and conv2d tasks get multi-level tiles"
 
 
+def test_rule_schedules_of_every_small_zoo_task_compute_the_right_answer(host):
+    """Every task of the six zoo models' small variants (same operators, small shapes), built,
+    run and checked against the unscheduled program."""
+    from collectors.tasks import tasks_for_models
+    from collectors.tuner import measure_schedules
+    from collectors.zoo import MODEL_NAMES
+
+    tasks = tasks_for_models(list(MODEL_NAMES), host, small=True)
+    assert len(tasks) >= 50
+    wrong = []
+    for task in tasks:
+        recs: list = []
+        measure_schedules(task, host, [rule_schedule(task, host).schedule], tuner="rules", on_records=recs.extend)
+        if recs[0].error is not None:
+            wrong.append((task.task_name, recs[0].error[:200]))
+    assert not wrong, wrong
+
+
 def test_rule_schedules_compute_the_right_answer(host):
     from collectors.tuner import measure_schedules
     from tests.tlm.helpers import conv_mod, make_task, matmul_relu_mod, softmax_mod
