@@ -285,8 +285,12 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list) -> dict:
 
     module, example = build_model(model, **zoo)
     relax_mod = import_relax(module, example)
+    from rich.progress import Progress
+
     t0 = time.perf_counter()
-    chosen = schedule_tasks(tasks, hw, endpoint_source(url, hw.key))
+    with Progress(transient=True) as bar:
+        job = bar.add_task("scheduling over HTTP", total=len(tasks))
+        chosen = schedule_tasks(tasks, hw, endpoint_source(url, hw.key), progress=lambda ts: bar.advance(job))
     gen_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     tuned = compile_model(relax_mod, hw, database_of(chosen, hw))

@@ -3,8 +3,8 @@
     tlm serve [--host 127.0.0.1] [--port 8000] [--corpus DIR] [--index-url URL]
               [--models DIR] [--no-append] [--replicas N]
 
-Starts a local Ray, deploys ``cluster.serve.ScheduleServer`` and serves until Ctrl-C (or
-SIGTERM). Routes: ``POST /v1/schedules``, ``GET /v1/models``, ``GET /healthz``, the OpenAPI
+Starts a local Ray, deploys ``cluster.serve.ScheduleServer`` and serves until Ctrl-C in a
+terminal or SIGTERM (``kill``; a background job of a script ignores Ctrl-C's SIGINT). Routes: ``POST /v1/schedules``, ``GET /v1/models``, ``GET /healthz``, the OpenAPI
 schema at ``/openapi.json`` and docs at ``/docs``. With ``TLM_SERVE_TOKEN`` set in the
 environment every route but ``/healthz`` asks for ``Authorization: Bearer <token>``. On a
 cluster, deploy ``serve_config.yaml`` with ``serve deploy`` instead.

@@ -156,7 +156,8 @@ def test_tlm_serve_over_http_on_loopback(models_root, host_key, tmp_path):
         assert {m["model_id"] for m in models} == {"tiny-host", "broken"}
         assert "/v1/schedules" in c.get("/openapi.json", headers=auth).json()["paths"]
     finally:
-        proc.send_signal(signal.SIGINT)
+        # SIGTERM, as `kill` sends: a background job (CI's, nohup's) inherits SIGINT ignored
+        proc.send_signal(signal.SIGTERM)
         try:
             rc = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:

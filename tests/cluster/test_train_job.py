@@ -75,7 +75,7 @@ def test_bad_training_options_are_one_line_errors(sets, tmp_path, capsys):
     cases = [
         (["--stage", "pretrain", "--preset", "huge"], "unknown --preset 'huge'"),
         (["--stage", "finetune", "--hardware", "cpu-znver4-2c"], "needs --hardware KEY and --base"),
-        (["--stage", "finetune", "--hardware", "cpu-znver4-2c", "--base", "nope"], "unknown base model 'nope'"),
+        (["--stage", "finetune", "--hardware", "cpu-znver4-2c", "--base", "nope"], "unknown model 'nope'"),
         (["--stage", "finetune", "--hardware", "Bad Key", "--base", "x"], "hardware key 'Bad Key'"),
         (["--stage", "pretrain", "--workers", "0"], "--workers must be >= 1"),
     ]
