@@ -97,6 +97,9 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     from tlm.generate import MAX_K
     from tlm.whole_model import database_of, schedule_tasks
 
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # --endpoint: a line per request otherwise
     console = Console(stderr=True)
     if not 1 <= args.top_k <= MAX_K:
         raise UsageError(f"--top-k must be between 1 and {MAX_K}, got {args.top_k}")

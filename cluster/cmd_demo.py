@@ -21,8 +21,8 @@ Each step with real parts (a local Ray, a SQLite index, a local Parquet corpus u
 6. compile the whole held-out model with the server's top-1 schedules, check its output
    against PyTorch and time it beside the untuned build and PyTorch eager.
 
-The default takes about 15 minutes on 2 cores (small model variants: 32x32 images, sequence 8);
-``--quick`` (about 3 minutes, what CI runs) shrinks every budget. Small variants make per-call
+The default takes about 6 minutes on 2 cores (small model variants: 32x32 images, sequence 8);
+``--quick`` (about 2.5 minutes, what CI runs) shrinks every budget. Small variants make per-call
 overhead dominate (PyTorch eager most of all): read the timings as a working pipeline, and
 ``bench/quality.py`` for the quality evidence.
 """
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="run the whole system on this machine (the main job)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", default="work/demo", help="where the corpus, models and report go (default work/demo)")
-    p.add_argument("--quick", action="store_true", help="every budget shrunk (about 3 minutes; what CI runs)")
+    p.add_argument("--quick", action="store_true", help="every budget shrunk (about 2.5 minutes; what CI runs)")
     p.add_argument("--collect-model", default="resnet50", help="zoo model the fresh corpus is collected from")
     p.add_argument("--held-out", default="mobilenetv2", help="zoo model absent from the corpus: served and compiled")
     p.add_argument("--tasks", type=int, default=None, help=f"tasks collected (default {FULL['tasks']}, quick {QUICK['tasks']})")
@@ -92,6 +92,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from cluster.ray_session import connect
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     started = connect(None)
     try:
@@ -261,16 +262,17 @@ def _print_table(rows: list[dict], k: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    order = ["tlm_top1", f"tlm_best_of_{k}", f"ms_{k}", f"ms_{4 * k}", "rules", "torch_eager"]
-    table = Table(title="latency (us) / time to get the schedule (s); re-measured in one call per task")
+    order = {"tlm_top1": "TLM top-1", f"tlm_best_of_{k}": f"TLM best-{k}", f"ms_{k}": f"MS@{k}",
+             f"ms_{4 * k}": f"MS@{4 * k}", "rules": "rules", "torch_eager": "eager"}
+    table = Table(title="latency us / time to get the schedule s (re-measured in one call per task)")
     table.add_column("task")
-    for n in order:
-        table.add_column(n, justify="right")
+    for n in order.values():
+        table.add_column(n, justify="right", no_wrap=True)
     for r in rows:
         cells = []
         for n in order:
             m = r["methods"].get(n)
-            cells.append("-" if not m or not m["latency_s"] else f"{m['latency_s'] * 1e6:.0f} / {m['time_s']:.2f}")
+            cells.append("-" if not m or not m["latency_s"] else f"{m['latency_s'] * 1e6:.0f}/{m['time_s']:.1f}")
         table.add_row(r["task"], *cells)
     Console().print(table)
 

@@ -32,4 +32,4 @@ def test_quick_demo_end_to_end(tmp_path):
     whole = report["whole_model"]
     assert whole["correct"] and whole["scheduled"] == whole["tasks"] > 10
     assert all(v > 0 for v in whole["latency"].values())
-    assert "tlm_top1" in r.stdout and "PyTorch eager" in r.stdout
+    assert "TLM top-1" in r.stdout and "PyTorch eager" in r.stdout
