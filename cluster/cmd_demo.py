@@ -216,7 +216,9 @@ def _train(corpus_dir: Path, work: Path, hw: Any, base: Any, steps: int, seed: i
                                 hardware_key=hw.key, base_path=base_path, base_model_id=base_id,
                                 corpus=str(corpus_dir)))
     m = res.metrics
-    print(f"{res.model_id}: {m.get('step')} steps in {res.wall_s:.0f} s, held-out loss {m.get('eval_loss')}")
+    loss = f"last training loss {m['train_loss']:.3f}" if isinstance(m.get("train_loss"), float) else "no loss reported"
+    print(f"{res.model_id}: {m.get('step')} steps in {res.wall_s:.0f} s, {loss} (no held-out split: the fresh "
+          "corpus holds one model; the held-out model is judged below)")
     return res.model_id
 
 
