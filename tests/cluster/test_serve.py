@@ -170,3 +170,19 @@ def test_tlm_serve_over_http_on_loopback(models_root, host_key, tmp_path):
         httpx.get(url + "/healthz", timeout=2)
     leftover = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert not leftover, f"processes left behind by tlm serve: {leftover}"
+
+
+def test_the_checked_in_serve_config_binds_loopback_and_builds_the_app():
+    import importlib
+
+    import yaml
+    from ray.serve.deployment import Application
+
+    cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    assert cfg["http_options"]["host"] == "127.0.0.1" and cfg["proxy_location"] == "HeadOnly"
+    (app_cfg,) = cfg["applications"]
+    module, _, attr = app_cfg["import_path"].partition(":")
+    build_app = getattr(importlib.import_module(module), attr)
+    assert isinstance(build_app(app_cfg["args"]), Application)
+    with pytest.raises(ValueError, match="unknown serve args"):
+        build_app({"corpus": "x", "colour": "red"})
