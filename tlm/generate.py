@@ -18,6 +18,7 @@ by the model's mean log-probability per decision token (``Candidate.score``).
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -32,8 +33,9 @@ MAX_K = 64  # candidates one call may ask for
 #: torch intra-op threads while decoding. One step of a small GPT-2 on a few rows is ~0.1 ms of
 #: arithmetic, so a second thread buys nothing and its barrier costs much when the cores are
 #: busy: a ResNet conv2d took 0.19-0.48 s on 1 thread and 1.2-9 s on 2 with a collection
-#: running beside it (this 2-core machine).
-DECODE_THREADS = 1
+#: running beside it (this 2-core machine). On a quiet, dedicated server more threads are ~1.2x
+#: faster (bench/results/serve.json): set ``TLM_DECODE_THREADS``.
+DECODE_THREADS = max(1, int(os.environ.get("TLM_DECODE_THREADS", "1") or 1))
 
 
 @dataclass
