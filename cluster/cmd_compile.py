@@ -91,7 +91,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     from rich.console import Console
 
     from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
-    from collectors.hardware import check_runs_here, detect_hardware
+    from collectors.hardware import NotRunnableHere, check_runs_here, detect_hardware
     from collectors.tasks import extract_tasks, import_relax
     from collectors.zoo import MODEL_NAMES, build_model
     from tlm.generate import MAX_K
@@ -105,8 +105,11 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
         raise UsageError(f"--top-k must be between 1 and {MAX_K}, got {args.top_k}")
     if args.model is not None and args.model not in MODEL_NAMES:
         raise UsageError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)} (or --module PKG.MOD:FACTORY)")
-    hw = detect_hardware(key=args.hardware)
-    check_runs_here(hw)
+    hw = detect_hardware() if args.hardware is None else _hardware(args)
+    try:
+        check_runs_here(hw)  # the model is run and timed here: refuse another machine's code up front
+    except NotRunnableHere as exc:
+        raise UsageError(f"--hardware {hw.key}: {exc}") from None
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     if args.model is not None:
@@ -172,6 +175,20 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     }
     _print(report, stream=sys.stderr if args.json else sys.stdout)
     return report
+
+
+def _hardware(args: argparse.Namespace) -> Any:
+    """The Hardware ``--hardware`` names: its target from the corpus index when there is one,
+    else rebuilt from the key (``collectors.hardware.hardware_for_key``)."""
+    from collectors.hardware import hardware_for_key
+
+    info = None
+    if args.corpus and ("://" in args.corpus or os.path.isdir(args.corpus)):
+        from storage import Corpus
+
+        with Corpus.open(args.corpus, index_url=args.index_url) as corpus:
+            info = corpus.hardware_info(args.hardware)
+    return hardware_for_key(args.hardware, info)
 
 
 def _open_corpus(args: argparse.Namespace) -> Any:

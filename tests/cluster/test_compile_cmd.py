@@ -76,6 +76,9 @@ def test_compile_a_users_module_with_measured_top_k_appends_to_the_corpus(tiny_d
     (["compile", "--model", "resnet50", "--top-k", "0"], "--top-k must be between 1 and 64"),
     (["compile", "--module", "nomodule"], "is not PKG.MOD:FACTORY"),
     (["compile", "--model", "resnet50", "--small", "--tlm-model", "nope"], "unknown model 'nope'"),
+    (["compile", "--model", "resnet50", "--small", "--hardware", "Bad Key"], "hardware key 'Bad Key'"),
+    # another CPU (AMX: refused before anything runs; on a host that has it: no model for the key)
+    (["compile", "--model", "resnet50", "--small", "--hardware", "cpu-sapphirerapids-2c"], "cpu-sapphirerapids-2c"),
 ])
 def test_compile_usage_errors_are_one_line_and_exit_2(argv, words, capsys):
     assert main(argv) == 2
