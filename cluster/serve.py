@@ -62,6 +62,21 @@ async def _guard(request: Request, call_next: Any) -> Any:
     return await call_next(request)
 
 
+class _Loaded:
+    """A hardware key's loaded model as the multiplexer holds it: evicting it (least recently
+    used, past four keys) calls ``__del__``, which keeps ``/v1/models`` truthful."""
+
+    def __init__(self, loaded: dict, key: str, entry: Any, model: Any, tokenizer: Any) -> None:
+        self._loaded, self.key, self.entry, self.model, self.tokenizer = loaded, key, entry, model, tokenizer
+        self._gone = False
+        loaded[key] = entry.model_id
+
+    def __del__(self) -> None:  # Serve calls it on eviction, Python again on collection: act once
+        if not self._gone and self._loaded.get(self.key) == self.entry.model_id:
+            self._loaded.pop(self.key, None)
+        self._gone = True
+
+
 def _http_error(exc: ApiError) -> JSONResponse:
     return JSONResponse({"detail": exc.message}, status_code=exc.status)
 
@@ -82,14 +97,14 @@ class ScheduleServer:
         self.loaded: dict[str, str] = {}  # hardware key -> model id loaded for it
         self.unavailable: dict[str, str] = {}  # hardware key -> why its model failed to load
         self._lock = threading.Lock()
-        self._local: dict[str, tuple] = {}  # models of local testing mode (see _model)
+        self._local: dict[str, _Loaded] = {}  # models of local testing mode (see _model)
 
     @serve.multiplexed(max_num_models_per_replica=4)
-    async def get_model(self, hardware_key: str) -> tuple[Any, Any, Any]:
-        """``(entry, model, tokenizer)`` of a hardware key; raises NoModel or the load error."""
+    async def get_model(self, hardware_key: str) -> _Loaded:
+        """The loaded model of a hardware key; raises NoModel or the load error."""
         return await self._load(hardware_key)
 
-    async def _model(self, hardware_key: str) -> tuple[Any, Any, Any]:
+    async def _model(self, hardware_key: str) -> _Loaded:
         """Through the multiplexer in a replica; Serve's local testing mode has no replica
         context, which ``@serve.multiplexed`` needs, so there the loader's results are kept in
         a dict instead (same loader, same errors)."""
@@ -101,16 +116,15 @@ class ScheduleServer:
             return self._local[hardware_key]
         return await self.get_model(hardware_key)
 
-    async def _load(self, hardware_key: str) -> tuple[Any, Any, Any]:
+    async def _load(self, hardware_key: str) -> _Loaded:
         from tlm.catalog import model_for
         from tlm.model import load_model
 
         entry = model_for(hardware_key, self.corpus, root=self.models_root)
         model, tokenizer, _ = await asyncio.to_thread(load_model, entry.path)
-        self.loaded[hardware_key] = entry.model_id
         self.unavailable.pop(hardware_key, None)
         log.info("loaded %s for %s from %s", entry.model_id, hardware_key, entry.path)
-        return entry, model, tokenizer
+        return _Loaded(self.loaded, hardware_key, entry, model, tokenizer)
 
     @app.get("/healthz")
     async def healthz(self) -> dict:
@@ -149,7 +163,7 @@ class ScheduleServer:
             raise ApiError(400, f"hardware {req.hardware!r} is not a hardware key ({HARDWARE_KEY_RE.pattern})")
         try:
             model_for(req.hardware, self.corpus, root=self.models_root)  # a 404 before the multiplexer logs it
-            entry, model, tokenizer = await self._model(req.hardware)
+            held = await self._model(req.hardware)
         except NoModel as exc:
             raise ApiError(404, str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - a broken model directory: that key is down, the replica is not
@@ -167,7 +181,8 @@ class ScheduleServer:
         def run() -> ScheduleResponse:
             with self._lock:
                 task = task_of_request(req, self.corpus)
-                return schedule(req, task, hardware, model, tokenizer, entry.model_id, on_records=on_records)
+                return schedule(req, task, hardware, held.model, held.tokenizer, held.entry.model_id,
+                                on_records=on_records)
 
         return await asyncio.to_thread(run)
 

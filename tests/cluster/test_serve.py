@@ -35,6 +35,24 @@ def mm(A: T.Buffer((32, 48), "float32"), B: T.Buffer((48, 64), "float32"), C: T.
 '''
 
 
+def test_the_checked_in_serve_config_binds_loopback_and_builds_the_app():
+    """First in the file: ``serve deploy`` builds the app in a fresh process, and once the
+    local-testing app below has run, Serve can no longer pickle the FastAPI app in this one."""
+    import importlib
+
+    import yaml
+    from ray.serve.deployment import Application
+
+    cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    assert cfg["http_options"]["host"] == "127.0.0.1" and cfg["proxy_location"] == "HeadOnly"
+    (app_cfg,) = cfg["applications"]
+    module, _, attr = app_cfg["import_path"].partition(":")
+    build_app = getattr(importlib.import_module(module), attr)
+    assert isinstance(build_app(app_cfg["args"]), Application)
+    with pytest.raises(ValueError, match="unknown serve args"):
+        build_app({"corpus": "x", "colour": "red"})
+
+
 @pytest.fixture(scope="module")
 def host_key():
     from collectors.hardware import detect_hardware
@@ -171,18 +189,3 @@ def test_tlm_serve_over_http_on_loopback(models_root, host_key, tmp_path):
     leftover = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert not leftover, f"processes left behind by tlm serve: {leftover}"
 
-
-def test_the_checked_in_serve_config_binds_loopback_and_builds_the_app():
-    import importlib
-
-    import yaml
-    from ray.serve.deployment import Application
-
-    cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
-    assert cfg["http_options"]["host"] == "127.0.0.1" and cfg["proxy_location"] == "HeadOnly"
-    (app_cfg,) = cfg["applications"]
-    module, _, attr = app_cfg["import_path"].partition(":")
-    build_app = getattr(importlib.import_module(module), attr)
-    assert isinstance(build_app(app_cfg["args"]), Application)
-    with pytest.raises(ValueError, match="unknown serve args"):
-        build_app({"corpus": "x", "colour": "red"})
