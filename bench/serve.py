@@ -29,25 +29,15 @@ import statistics
 import threading
 import time
 
+from bench.quality import HELD_OUT, geomean, zoo_tasks
+
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "serve.json")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HELD_OUT = ("mobilenetv2", "bert_base")
 
 
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, math.ceil(q / 100 * len(xs)) - 1))]
-
-
-def held_out_tasks(corpus_dir: str, n: int) -> list:
-    """The ``n`` heaviest workloads that occur only in held-out models."""
-    from collectors.tasks import task_from_index
-    from storage import Corpus
-
-    with Corpus.open(corpus_dir) as corpus:
-        rows = [w for w in corpus.workloads() if set(w.get("models") or {}) and set(w["models"]) <= set(HELD_OUT)]
-    rows.sort(key=lambda w: -(w.get("flops") or 0) * max(w["models"].values()))
-    return [task_from_index(w) for w in rows[:n]]
 
 
 def sketch_cost(tasks: list, hw, model, tok) -> dict:
@@ -71,7 +61,7 @@ def sketch_cost(tasks: list, hw, model, tok) -> dict:
             times[label] = best
         rows.append({"task": t.task_name, "sketches": len(prompts), "one_sketch_s": times["one"],
                      "all_sketches_s": times["all"], "ratio": times["all"] / times["one"]})
-    return {"per_task": rows, "geomean_all_over_one": _geomean([r["ratio"] for r in rows]),
+    return {"per_task": rows, "geomean_all_over_one": geomean([r["ratio"] for r in rows]),
             "mean_sketches": statistics.mean(r["sketches"] for r in rows)}
 
 
@@ -101,7 +91,7 @@ def main() -> None:
     entry = next((m for m in shipped_models() if m.hardware_key == host.key), None) or \
         next(m for m in shipped_models() if m.hardware_key)
     hw = hardware_for_key(entry.hardware_key)
-    tasks = held_out_tasks(args.corpus, args.tasks)
+    tasks = zoo_tasks(args.corpus, args.tasks)
     res: dict = {"machine": {"cpu": host.description, "host_key": host.key, "python": platform.python_version()},
                  "model": entry.model_id, "hardware": hw.key, "tasks": [t.task_name for t in tasks],
                  "held_out_models": list(HELD_OUT)}
@@ -208,8 +198,8 @@ def main() -> None:
         ratios = [r["compile_time_ratio"] for r in rows]
         lat_ratios = [r["tlm_over_ms_latency"] for r in rows if "tlm_over_ms_latency" in r]
         res["compile_time"] = {
-            "per_task": rows, "geomean_compile_time_ratio": _geomean(ratios),
-            "geomean_tlm_over_ms_latency": _geomean(lat_ratios) if lat_ratios else None}
+            "per_task": rows, "geomean_compile_time_ratio": geomean(ratios),
+            "geomean_tlm_over_ms_latency": geomean(lat_ratios) if lat_ratios else None}
     res["ratios"] = {
         "http_p50_s": res["http"]["p50_s"], "http_p99_s": res["http"]["p99_s"],
         "http_over_in_process_p50": res["http"]["p50_s"] / inproc["threads_1"]["p50_s"],
@@ -224,10 +214,6 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)
     print(json.dumps(res["ratios"], indent=2))
-
-
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def _schedule_of_trace(task, trace_json_text: str):

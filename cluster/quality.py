@@ -26,9 +26,8 @@ def greedy_quality(corpus_root: str, hardware_key: str, held_out: tuple[str, ...
 
         from collectors.hardware import NotRunnableHere, check_runs_here, hardware_from_index
         from collectors.tasks import task_from_index
-        from collectors.tuner import measure_schedules
         from storage import Corpus
-        from tlm.generate import generate
+        from tlm.generate import generate, measure_candidates
         from tlm.model import load_model
 
         name = model_id or os.path.basename(os.path.normpath(model_dir))
@@ -48,9 +47,7 @@ def greedy_quality(corpus_root: str, hardware_key: str, held_out: tuple[str, ...
             for w in chosen[:tasks]:
                 task = task_from_index(w)
                 g = generate(task, hw, model, tok, k=1)
-                recs: list = []
-                measure_schedules(task, hw, [g.candidates[0].schedule], tuner=f"tlm:{name}", on_records=recs.extend)
-                rec = recs[0]
+                rec = measure_candidates(task, hw, g, model_id=name, top=1)[0]
                 row = {"task": task.task_name, "generate_s": round(g.generate_s, 3), "corpus_best_s": best[w["workload_key"]],
                        "greedy_s": rec.latency_s, "error": rec.error}
                 if rec.latency_s:
@@ -59,7 +56,7 @@ def greedy_quality(corpus_root: str, hardware_key: str, held_out: tuple[str, ...
                 rows.append(row)
                 log.info("greedy %s: %s", task.task_name, row)
                 if append:
-                    corpus.append(recs)
+                    corpus.append([rec])
         return {"greedy_tasks": len(rows), "greedy_errors": sum(1 for r in rows if r["error"]),
                 "greedy_vs_corpus_best_geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
                 "greedy_per_task": rows}

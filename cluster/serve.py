@@ -162,7 +162,8 @@ class ScheduleServer:
         if not HARDWARE_KEY_RE.match(req.hardware):
             raise ApiError(400, f"hardware {req.hardware!r} is not a hardware key ({HARDWARE_KEY_RE.pattern})")
         try:
-            model_for(req.hardware, self.corpus, root=self.models_root)  # a 404 before the multiplexer logs it
+            if req.hardware not in self.loaded:  # a 404 before the multiplexer logs it as a load failure
+                model_for(req.hardware, self.corpus, root=self.models_root)
             held = await self._model(req.hardware)
         except NoModel as exc:
             raise ApiError(404, str(exc)) from None

@@ -105,13 +105,13 @@ _CALLABLE_NAMES = frozenset({"range", "int", "float", "bool", "min", "max", "len
 _IMPORTS = ("tvm.script", "tvm.tirx")  # modules (and their submodules) an import may name
 
 
-def check_tvmscript(text: str) -> None:
+def check_tvmscript(text: str) -> ast.Module:
     """Refuse TVMScript that could run code in the server before TVM parses it.
 
     TVM's parser evaluates parts of the source as Python, so the text is checked first: it
     must be Python, import only from ``tvm.script``, use no dunder or private names, and call
     only ``T.*``/``I.*`` builders or a few builtins (``range``, ``min``, ...). Raises
-    :class:`ApiError` (400) naming the first offence.
+    :class:`ApiError` (400) naming the first offence; returns the parsed tree.
     """
     try:
         tree = ast.parse(text)
@@ -134,6 +134,7 @@ def check_tvmscript(text: str) -> None:
         if bad is not None:
             raise ApiError(400, f"tvmscript: {bad!s} is not allowed (line {getattr(node, 'lineno', '?')}); "
                                 "send a PrimFunc written with tvm.script's T builders")
+    return tree
 
 
 def _importable(module: str) -> bool:
@@ -151,10 +152,10 @@ def task_from_tvmscript(text: str) -> Any:
     from collectors.tasks import Task, estimate_flops, op_kind_of
     from collectors.tir import as_module, workload_key
 
-    check_tvmscript(text)
+    tree = check_tvmscript(text)
     # TVM's parser resolves T and I itself and refuses import statements: blank them out
     lines = text.splitlines()
-    for node in ast.parse(text).body:
+    for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for n in range(node.lineno - 1, node.end_lineno or node.lineno):
                 lines[n] = ""

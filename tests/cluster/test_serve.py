@@ -17,22 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.tlm.helpers import matmul_tvmscript
 from tlm.api import ApiError, ScheduleRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_KEY = "cpu-broken-2c"
-MATMUL = '''from tvm.script import tirx as T
-
-@T.prim_func(s_tir=True)
-def mm(A: T.Buffer((32, 48), "float32"), B: T.Buffer((48, 64), "float32"), C: T.Buffer((32, 64), "float32")):
-    T.func_attr({"tirx.noalias": True})
-    for i, j, k in T.grid(32, 64, 48):
-        with T.sblock("C"):
-            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-            with T.init():
-                C[vi, vj] = T.float32(0)
-            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
-'''
+MATMUL = matmul_tvmscript(32, 64, 48)
 
 
 def test_the_checked_in_serve_config_binds_loopback_and_builds_the_app():

@@ -39,6 +39,22 @@ def make_task(mod, name: str, op_kind: str):
     return Task(workload_key=workload_key(mod), task_name=name, mod=mod, op_kind=op_kind)
 
 
+def matmul_tvmscript(m: int = 64, n: int = 64, k: int = 64, name: str = "mm") -> str:
+    """A user's matmul PrimFunc as TVMScript text, as a client of the schedule server sends it."""
+    return f'''from tvm.script import tirx as T
+
+@T.prim_func(s_tir=True)
+def {name}(A: T.Buffer(({m}, {k}), "float32"), B: T.Buffer(({k}, {n}), "float32"), C: T.Buffer(({m}, {n}), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for i, j, r in T.grid({m}, {n}, {k}):
+        with T.sblock("C"):
+            vi, vj, vr = T.axis.remap("SSR", [i, j, r])
+            with T.init():
+                C[vi, vj] = T.float32(0)
+            C[vi, vj] = C[vi, vj] + A[vi, vr] * B[vr, vj]
+'''
+
+
 def matmul_relu_mod(m: int = 64, n: int = 96, k: int = 128):
     import tvm
     from tvm import te

@@ -8,22 +8,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from tests.tlm.helpers import matmul_tvmscript
 from tlm.api import ApiError, ScheduleRequest, check_tvmscript, schedule, task_from_tvmscript, task_of_request
 from tlm.model import build_model, model_config
 from tlm.tokenizer import build_tokenizer
 
-MATMUL = '''from tvm.script import tirx as T
-
-@T.prim_func(s_tir=True)
-def mm(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32"), C: T.Buffer((64, 64), "float32")):
-    T.func_attr({"tirx.noalias": True})
-    for i, j, k in T.grid(64, 64, 64):
-        with T.sblock("C"):
-            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-            with T.init():
-                C[vi, vj] = T.float32(0)
-            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
-'''
+MATMUL = matmul_tvmscript()
 
 
 @pytest.fixture(scope="module")
