@@ -104,13 +104,55 @@ def make_reference(mod: Any, *, seed: int = 0, path: str | None = None) -> Refer
 
     mod = as_module(mod)
     inputs = random_inputs(param_specs(mod), seed=seed)
-    outputs = _run(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})), inputs, tvm.cpu(0))
+    outputs = _run(tvm.compile(_outer_loops_parallel(mod), target=tvm.target.Target({"kind": "llvm"})), inputs,
+                   tvm.cpu(0))
     # Read-only buffers share the input array: half the memory for weight-heavy tasks.
     outputs = [a if np.array_equal(o, a, equal_nan=o.dtype.kind == "f") else o for a, o in zip(inputs, outputs)]
     ref = Reference(inputs, outputs)
     if path is not None:
         ref.save(path)
     return ref
+
+
+def _outer_loops_parallel(mod: Any) -> Any:
+    """``mod`` with the outermost loop of each top-level loop nest made parallel where that loop
+    is data-parallel (TVM's own check decides; any other loop is left alone).
+
+    Why: the reference of a large task runs the unscheduled loops, and on one core that is
+    seconds per task (a BERT matmul: 2.6 s, 12% of a 64-trial tune). Splitting the outermost
+    spatial loop across threads leaves every output element computed by the same serial code
+    in the same order, so the values are the serial reference's.
+    """
+    from tvm.s_tir.schedule import Schedule, ScheduleError
+
+    sch = Schedule(mod)
+    try:
+        root = sch.get_sblock("root")
+    except (ScheduleError, ValueError, RuntimeError):  # no root block: nothing to change
+        return mod
+    for block in sch.get_child_blocks(root):
+        loops = sch.get_loops(block)
+        if not loops:
+            continue
+        try:
+            sch.parallel(loops[0])
+        except ScheduleError:  # a reduction or opaque loop: stays serial
+            pass
+    return sch.mod
+
+
+def _close(g: np.ndarray, e: np.ndarray, tol: Tolerance) -> bool:
+    """True when ``g`` is certainly within tolerance of ``e``, decided in the buffers' own
+    precision (float32 and wider) without float64 copies: ~1 ms for a 2.4M-element buffer where
+    the exact float64 path takes ~58 ms. False means "not decided here": :func:`compare`'s
+    exact path then decides and words the error (NaN, inf, integers, float16 all go there)."""
+    if np.array_equal(g, e):
+        return True
+    if e.dtype.kind != "f" or e.dtype.itemsize < 4 or g.dtype != e.dtype or not np.isfinite(e).all():
+        return False
+    ae = np.abs(e)
+    bound = tol.rtol * ae + tol.atol_scale * max(float(ae.max()) if ae.size else 1.0, 1e-30)
+    return bool((np.abs(g - e) <= bound).all())
 
 
 def compare(got: Sequence[np.ndarray], expected: Sequence[np.ndarray], tol: Tolerance = Tolerance()) -> str | None:
@@ -121,6 +163,8 @@ def compare(got: Sequence[np.ndarray], expected: Sequence[np.ndarray], tol: Tole
     for i, (g, e) in enumerate(zip(got, expected)):
         if g.shape != e.shape:
             return f"{WRONG_ANSWER}: buffer {i} has shape {g.shape}, expected {e.shape}"
+        if _close(g, e, tol):
+            continue
         if e.dtype.kind != "f":
             if not np.array_equal(g, e):
                 return f"{WRONG_ANSWER}: buffer {i} ({e.dtype}) differs in {int(np.sum(g != e))} elements"

@@ -90,6 +90,47 @@ def test_compare_tolerates_rounding_but_not_errors():
     assert compare([np.array([1, 2])], [np.array([1, 3])]).startswith("wrong answer")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compare_decides_as_the_exact_float64_check_does(dtype):
+    """The fast path (buffer precision, no float64 copies) never passes what the exact check
+    fails: random drifts around the tolerance, NaN, inf, and a wrong element among many."""
+    rng = np.random.default_rng(0)
+    e = rng.uniform(-1, 1, size=5000).astype(dtype)
+    cases = [e.copy(), e * (1 + 1e-6), e + 1e-3 * np.abs(e), e * (1 + 2e-3)]
+    for rel in (5e-4, 9.9e-4, 1.01e-3, 3e-3):
+        g = e.copy()
+        g[rng.integers(0, e.size, 20)] *= 1 + rel
+        cases.append(g)
+    nan, inf, far = e.copy(), e.copy(), e.copy()
+    nan[3], inf[4], far[4999] = np.nan, np.inf, 7.0
+    cases += [nan, inf, far]
+    exact = lambda g: _exact_compare(g, e)  # noqa: E731
+    for g in cases:
+        assert (compare([g], [e]) is None) == (exact(g) is None)
+    e_nan = e.copy()
+    e_nan[0] = np.nan
+    assert compare([e_nan.copy()], [e_nan]) is None  # NaN where the reference has NaN is right
+    assert compare([e], [e_nan]) is not None
+
+
+def _exact_compare(g, e, rtol=1e-3, atol_scale=1e-4):
+    g64, e64 = g.astype(np.float64), e.astype(np.float64)
+    scale = float(np.abs(e64).max())
+    diff = np.abs(g64 - e64)
+    return None if (diff <= rtol * np.abs(e64) + atol_scale * scale).all() else "wrong"
+
+
+def test_reference_runs_the_same_arithmetic_as_the_serial_program(matmul_mod):
+    """The reference splits outer loops across threads; every element comes out bit-identical to
+    the plain, serial build of the unscheduled program."""
+    import tvm
+
+    ref = make_reference(matmul_mod, seed=2)
+    args = [tvm.runtime.tensor(a) for a in ref.inputs]
+    tvm.compile(matmul_mod, target=tvm.target.Target({"kind": "llvm"}))["main"](*args)
+    np.testing.assert_array_equal(args[-1].numpy(), ref.outputs[-1])
+
+
 def test_wrong_answers_during_tuning_are_errors_not_latencies(cpu_hw, monkeypatch, tmp_path):
     """Tune against a corrupted reference: the runner's check must reject every candidate."""
     from collectors.workloads import matmul
