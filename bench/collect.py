@@ -12,6 +12,12 @@ protocol (one ``EvaluatorConfig``):
   (no correctness check, no corpus); and, at one budget, **plain+light**: the same with the
   x86-only tensor-intrinsic initializer, to separate that fix from the builder/runner work.
 
+At 64 trials (the headline) each pair runs ``--repeats`` times in ABBA order and each (task, path)
+counts with its fastest run: on this shared VM whole runs at times went at half speed (either
+path; /proc/stat showed no steal), and the fastest run is the least disturbed one. The sum over
+all repeats is kept beside it (``ratio_vs_tune_tir_all_repeats``), and ``limits`` says what bounds
+the ratio: the stages both paths pay in full (search, cost model, the timed runs, the LLVM compile).
+
 Each run is profiled with MetaSchedule's Profiler (search, cost model, SendToBuilder,
 SendToRunner, callbacks; ours adds tlm/DesignSpace and tlm/Reference). Per-candidate stage
 costs (lowering+codegen, export .so vs .tar, load .so vs .tar+link, timing, checking, worker
@@ -264,6 +270,20 @@ def spread_only(out_path: str, seed: int) -> int:
     return 0
 
 
+def runs_of(rows: list[dict], trials: int, path: str, fastest: bool = True) -> list[dict]:
+    """The runs of ``path`` at ``trials``: with ``fastest``, each task's fastest repeat, the run
+    least disturbed by this shared VM (whole runs here at times went at half speed, either path,
+    with no steal time shown); else every repeat."""
+    sel = [r for r in rows if r["trials"] == trials and path in r]
+    if not fastest:
+        return [r[path] for r in sel]
+    best: dict[str, dict] = {}
+    for r in sel:
+        if r["task"] not in best or r[path]["elapsed_s"] < best[r["task"]]["elapsed_s"]:
+            best[r["task"]] = r[path]
+    return list(best.values())
+
+
 def pick_tasks(hw: Any) -> list:
     from collectors.tasks import extract_tasks
 
@@ -279,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-repeat-ms", type=int, default=None, help="evaluator min_repeat_ms of both paths "
                    "(default: TuneConfig's)")
     p.add_argument("--repeat-at", type=int, default=64, help="budget whose ours/plain pair is run --repeats times")
-    p.add_argument("--repeats", type=int, default=2, help="runs of each path at --repeat-at (ABBA order)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each path at --repeat-at (ABBA order)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench/results/collect.json")
     p.add_argument("--spread-only", action="store_true", help="re-measure only the min_repeat_ms spread into --out")
@@ -312,10 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         for trials in budgets:
             for i, task in enumerate(tasks):
                 logger.info("%s (%.0f MFLOP), %d trials", task.task_name, task.flops / 1e6, trials)
-                row = {"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "mflop": task.flops / 1e6,
-                       "trials": trials}
+                about = {"task": task.task_name, "model": task.model, "op_kind": task.op_kind,
+                         "mflop": task.flops / 1e6, "trials": trials}
                 for rep in range(args.repeats if trials == args.repeat_at else 1):
-                    row = dict(row, repeat=rep + 1)
+                    row = dict(about, repeat=rep + 1)
                     # ours/plain alternate which goes first (ABBA over tasks and repeats), so
                     # that a drift of this shared machine hits both paths alike.
                     first_ours = (i + budgets.index(trials) + rep) % 2 == 0
@@ -336,28 +356,30 @@ def main(argv: list[str] | None = None) -> int:
         spread = repeat_spread(tasks[0], hw, best["ours"]["best_trace_json"], (1, 5, 10, 20, 50, 100))
     stages = {t.op_kind: stage_costs(t, hw, 8, min_repeat_ms) for t in tasks}
 
-    def ratio(trials: int, path: str = "plain") -> float:
-        sel = [r for r in rows if r["trials"] == trials and path in r]
-        ours = sum(r["ours"]["records"] for r in sel) / sum(r["ours"]["elapsed_s"] for r in sel)
-        other = sum(r[path]["records"] for r in sel) / sum(r[path]["elapsed_s"] for r in sel)
-        return ours / other
+    def ratio(trials: int, path: str = "plain", fastest: bool = True) -> float:
+        """ours' records/s over ``path``'s at ``trials``, over both tasks (:func:`runs_of`)."""
+        def rate(p: str) -> float:
+            sel = runs_of(rows, trials, p, fastest)
+            return sum(r["records"] for r in sel) / sum(r["elapsed_s"] for r in sel)
+
+        return rate("ours") / rate(path)
 
     def limits(trials: int) -> dict:
-        """What bounds the ratio at ``trials``: ours' time by stage, and the ratio it would reach
-        if the stages both paths pay in full (MetaSchedule's search and cost model; the timed
-        runs of the shared protocol, in ``run_s``) were all ours cost."""
-        sel = [r for r in rows if r["trials"] == trials]
-        plain = sum(r["plain"]["elapsed_s"] for r in sel)
-        ours = sum(r["ours"]["elapsed_s"] for r in sel)
-        stage = {k: sum(r["ours"]["breakdown"][k] for r in sel) for k in sel[0]["ours"]["breakdown"]}
-        shared = stage["search_s"] + stage["cost_model_update_s"]
+        """What bounds the ratio at ``trials`` (fastest runs): ours' time by stage, and the ratio
+        it would reach if only the stages both paths pay in full were left: MetaSchedule's search
+        and cost model, the timed runs of the shared protocol (in ``run_s``), and with
+        ``..._own_work_were_free`` also the LLVM compile of every candidate (in ``build_s``)."""
+        ours, plain = runs_of(rows, trials, "ours"), runs_of(rows, trials, "plain")
+        stage = {k: sum(r["breakdown"][k] for r in ours) for k in ours[0]["breakdown"]}
+        shared = stage["search_s"] + stage["cost_model_update_s"] + stage["run_s"]
+        plain_s = sum(r["elapsed_s"] for r in plain)
         return {
-            "ours_s": ours, "plain_s": plain, "ours_by_stage_s": stage,
-            "ratio_if_builds_and_our_own_work_were_free": plain / (shared + stage["run_s"]),
-            "ratio_if_our_own_work_were_free": plain / (shared + stage["run_s"] + stage["build_s"]),
-            "ratio_per_repeat": [sum(r["plain"]["elapsed_s"] for r in sel if r["repeat"] == k)
-                                 / sum(r["ours"]["elapsed_s"] for r in sel if r["repeat"] == k)
-                                 for k in sorted({r["repeat"] for r in sel})],
+            "ours_s": sum(r["elapsed_s"] for r in ours), "plain_s": plain_s, "ours_by_stage_s": stage,
+            "ratio_if_builds_and_our_own_work_were_free": plain_s / shared,
+            "ratio_if_our_own_work_were_free": plain_s / (shared + stage["build_s"]),
+            "ratio_per_repeat": [sum(r["plain"]["elapsed_s"] for r in rows if r["trials"] == trials and r["repeat"] == k)
+                                 / sum(r["ours"]["elapsed_s"] for r in rows if r["trials"] == trials and r["repeat"] == k)
+                                 for k in sorted({r["repeat"] for r in rows if r["trials"] == trials})],
         }
 
     for r in rows:
@@ -369,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": asdict(hw), "min_repeat_ms": min_repeat_ms,
         "trials_per_task": 64 if 64 in budgets else budgets[0],
         "ratio_vs_tune_tir": ratio(64 if 64 in budgets else budgets[0]),
+        "ratio_vs_tune_tir_all_repeats": ratio(64 if 64 in budgets else budgets[0], fastest=False),
         "ratio_vs_tune_tir_by_trials": {str(t): ratio(t) for t in budgets},
         "ratio_vs_tune_tir_light": ratio(args.light_at, "plain_light") if args.light_at in budgets else None,
         "limits": limits(64 if 64 in budgets else budgets[0]),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Mapping
 
@@ -34,6 +35,9 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--strategy tlm: the model (default: the model of this machine's hardware key)")
     parser.add_argument("--tasks", type=int, default=None, metavar="N",
                         help="tune only the N heaviest tasks (FLOPs x weight); default all")
+    parser.add_argument("--max-mflop", type=float, default=None, metavar="M",
+                        help="tune only tasks of at most M million FLOPs (e.g. leave the LM heads to the search "
+                             "when collecting random samples); default all")
     parser.add_argument("--corpus", default="corpus", metavar="DIR", help="corpus root directory (default ./corpus)")
     parser.add_argument("--index-url", default=None, help="SQL index URL (default: sqlite file in the corpus)")
     parser.add_argument("--hardware", default=None, metavar="KEY",
@@ -131,7 +135,8 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
     from collectors.tasks import tasks_for_models
 
     config = config_from_args(args)
-    tasks = tasks_for_models([args.model], detect_hardware("cpu"), max_tasks=args.tasks, **zoo_kwargs_from_args(args))
+    tasks = tasks_for_models([args.model], detect_hardware("cpu"), max_tasks=args.tasks, max_mflop=args.max_mflop,
+                             **zoo_kwargs_from_args(args))
     summary = run_collection(
         tasks,
         corpus_root=args.corpus,
@@ -149,9 +154,33 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
     return 0 if summary.status == "done" else 1
 
 
+def usage_error(args: argparse.Namespace) -> str | None:
+    """The one-line complaint about a bad value among the options of what to collect, if any
+    (checked before Ray, TVM or the model are touched)."""
+    from collectors.zoo import MODEL_NAMES
+
+    model = str(args.model)
+    if model.endswith(".onnx"):
+        if not os.path.isfile(model):
+            return f"--model {model!r}: no such ONNX file"
+    elif model not in MODEL_NAMES:
+        return f"unknown model {model!r}; known: {', '.join(MODEL_NAMES)} (or a path to an .onnx file)"
+    for flag, value in (("--trials", args.trials), ("--tasks", args.tasks), ("--trials-per-iter", args.trials_per_iter),
+                        ("--batch", args.batch), ("--image-size", args.image_size), ("--seq-len", args.seq_len)):
+        if value is not None and value < 1:
+            return f"{flag} must be a whole number >= 1, got {value}"
+    if args.max_mflop is not None and not args.max_mflop > 0:
+        return f"--max-mflop must be > 0, got {args.max_mflop}"
+    return None
+
+
 def run_collect(args: argparse.Namespace) -> int:
     if args.no_ray and args.address:
         raise SystemExit("error: --no-ray and --address exclude each other")
+    problem = usage_error(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if args.strategy == "tlm":
         return run_closed_loop(args)
     if not args.no_ray:
@@ -207,7 +236,8 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
     console = Console(stderr=True)
     console.print(f"collecting {args.model} on {hardware.key} ({hardware.description}) into {args.corpus}")
     try:
-        result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks, zoo_kwargs=zoo_kwargs,
+        result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks, max_mflop=args.max_mflop,
+                         zoo_kwargs=zoo_kwargs,
                          show_progress=not args.no_progress, **({"tune": tune} if tune is not None else {}))
     finally:
         corpus.close()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from collectors.hardware import Hardware, check_runs_here
-from collectors.tasks import Task, extract_tasks, register_tasks
+from collectors.tasks import Task, extract_tasks, register_tasks, select_tasks
 from collectors.tuner import TuneConfig, TuneSummary, tune_task
 from storage import Record
 
@@ -173,26 +173,26 @@ def collect_unit(corpus: Any, task: Task, hardware: Hardware, config: TuneConfig
 
 
 def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any = None,
-            tasks: Sequence[Task] | None = None, max_tasks: int | None = None,
+            tasks: Sequence[Task] | None = None, max_tasks: int | None = None, max_mflop: float | None = None,
             zoo_kwargs: dict | None = None, show_progress: bool = True,
             on_task_done: Callable[[UnitOutcome], None] | None = None,
             tune: Callable[..., TuneSummary] = tune_task) -> CollectionSummary:
     """Collect the tasks of ``model`` (or the given ``tasks``) on ``hardware`` into ``corpus``,
     in this process (no Ray), one :func:`collect_unit` after another.
 
-    ``max_tasks`` keeps the heaviest N tasks. ``on_task_done`` is called after each unit.
+    ``max_tasks`` keeps the heaviest N tasks, ``max_mflop`` those of at most M million FLOPs
+    (``collectors.tasks.select_tasks``). ``on_task_done`` is called after each unit.
     KeyboardInterrupt stops the loop after marking the run "interrupted" and is re-raised.
     Raises ``NotRunnableHere`` at once when this host cannot run code for ``hardware``.
     """
     if (model is None) == (tasks is None):
         raise ValueError("give exactly one of model= or tasks=")
-    if max_tasks is not None and max_tasks < 1:
-        raise ValueError(f"max_tasks must be >= 1, got {max_tasks}")
+    select_tasks([], max_tasks=max_tasks, max_mflop=max_mflop)  # bad bounds fail before any work
     check_runs_here(hardware)
     t0 = time.perf_counter()
     if tasks is None:
         tasks = extract_tasks(model, hardware, **(zoo_kwargs or {}))
-    tasks = list(tasks)[:max_tasks] if max_tasks else list(tasks)
+    tasks = select_tasks(list(tasks), max_tasks=max_tasks, max_mflop=max_mflop)
     corpus.register_hardware(hardware.key, target=hardware.target, description=hardware.description)
     register_tasks(corpus, tasks)
     params = {"model": model if isinstance(model, str) else None, "tasks": len(tasks),

@@ -178,18 +178,35 @@ def register_tasks(corpus: Any, tasks: Sequence[Task]) -> None:
             corpus.register_workload_model(t.workload_key, model=t.model, weight=t.weight)
 
 
+def select_tasks(tasks: Sequence[Task], *, max_tasks: int | None = None,
+                 max_mflop: float | None = None) -> list[Task]:
+    """The heaviest ``max_tasks`` of ``tasks`` (given heaviest first, as ``extract_tasks`` sorts
+    them) among those of at most ``max_mflop`` million FLOPs.
+
+    Why a FLOP cap: random samples of a 33-GFLOP LM head run for seconds each (many hit the
+    run timeout), an hour per task; a collection of diverse samples skips those and leaves
+    them to the search. Raises ValueError for a bound below 1 / not above 0.
+    """
+    if max_tasks is not None and max_tasks < 1:
+        raise ValueError(f"max_tasks must be >= 1, got {max_tasks}")
+    if max_mflop is not None and not max_mflop > 0:
+        raise ValueError(f"max_mflop must be > 0, got {max_mflop}")
+    kept = [t for t in tasks if max_mflop is None or t.flops <= max_mflop * 1e6]
+    return kept[:max_tasks] if max_tasks else kept
+
+
 def tasks_for_models(models: Iterable[Any], hardware: Hardware, *, max_tasks: int | None = None,
-                     **zoo_kwargs: Any) -> list[Task]:
+                     max_mflop: float | None = None, **zoo_kwargs: Any) -> list[Task]:
     """Tasks of the given models, one per workload key (the weights of repeats are summed).
 
     Extracted once for ``hardware`` (the driver's CPU): the subgraphs come from the
-    target-independent ``zero`` pipeline, so the same tasks serve every key. ``max_tasks``
-    keeps each model's heaviest N (``extract_tasks`` sorts them by FLOPs x weight).
+    target-independent ``zero`` pipeline, so the same tasks serve every key. ``max_tasks`` and
+    ``max_mflop`` select each model's tasks (:func:`select_tasks`).
     """
     by_key: dict[str, Task] = {}
     for model in models:
         found = extract_tasks(model, hardware, **zoo_kwargs)
-        for t in found[:max_tasks] if max_tasks else found:
+        for t in select_tasks(found, max_tasks=max_tasks, max_mflop=max_mflop):
             if t.workload_key in by_key:
                 by_key[t.workload_key].weight += t.weight
             else:

@@ -9,7 +9,8 @@
 #
 # Usage: scripts/collect_seed.sh [CORPUS_DIR]        (default data/corpus; log in work/seed-logs/)
 # Environment: MODELS (the order models are taken in), STRATEGIES (default "evolutionary
-# replay-trace"), EVO_TRIALS (64), REPLAY_TRIALS (128).
+# replay-trace"), EVO_TRIALS (64), REPLAY_TRIALS (128), REPLAY_MAX_MFLOP (unset: every task; e.g.
+# 1000 leaves the multi-GFLOP LM heads, whose random samples take an hour per task, to the search).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=${1:-data/corpus}
@@ -23,11 +24,15 @@ export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 status=0
 for strategy in $STRATEGIES; do
   trials=$EVO_TRIALS
-  [[ $strategy == replay-trace ]] && trials=$REPLAY_TRIALS
+  cap=()
+  if [[ $strategy == replay-trace ]]; then
+    trials=$REPLAY_TRIALS
+    [[ -n ${REPLAY_MAX_MFLOP:-} ]] && cap=(--max-mflop "$REPLAY_MAX_MFLOP")
+  fi
   for model in $MODELS; do
     echo "== $(date -u +%FT%TZ) $model $strategy $trials trials" | tee -a "$LOGS/seed.log"
     .venv/bin/tlm collect --model "$model" --strategy "$strategy" --trials "$trials" \
-      --seq-len 128 --corpus "$CORPUS" --no-progress >>"$LOGS/$model-$strategy.log" 2>&1 || status=1
+      --seq-len 128 --corpus "$CORPUS" "${cap[@]}" --no-progress >>"$LOGS/$model-$strategy.log" 2>&1 || status=1
     tail -n 3 "$LOGS/$model-$strategy.log" | tee -a "$LOGS/seed.log"
   done
 done

@@ -100,3 +100,30 @@ def test_cli_collect_small_model_then_resume(tmp_path, capsys):
     assert main(argv) == 0  # resumes: nothing left to do
     assert Corpus.open(tmp_path / "corpus").scan().num_rows == 2
     assert "skipped" in capsys.readouterr().out
+
+
+def test_select_tasks_caps_flops_then_keeps_the_heaviest():
+    from collectors.tasks import select_tasks
+
+    tasks = [Task(f"{i:016x}", f"t{i}", None, flops=f) for i, f in enumerate((9e9, 5e8, 2e8, 1e6))]
+    assert [t.task_name for t in select_tasks(tasks, max_mflop=600)] == ["t1", "t2", "t3"]
+    assert [t.task_name for t in select_tasks(tasks, max_mflop=600, max_tasks=2)] == ["t1", "t2"]
+    assert select_tasks(tasks) == tasks
+    with pytest.raises(ValueError, match="max_mflop"):
+        select_tasks(tasks, max_mflop=0)
+
+
+@pytest.mark.parametrize("bad, named", [
+    (["--model", "resnet5"], "unknown model 'resnet5'"),
+    (["--model", "gpt2", "--tasks", "0"], "--tasks must be a whole number >= 1, got 0"),
+    (["--model", "gpt2", "--trials", "-3"], "--trials must be a whole number >= 1, got -3"),
+    (["--model", "gpt2", "--max-mflop", "0"], "--max-mflop must be > 0, got 0.0"),
+    (["--model", "nothere.onnx"], "no such ONNX file"),
+])
+def test_cli_collect_bad_values_are_one_line_and_exit_2(bad, named, tmp_path, capsys):
+    from cluster.cli import main
+
+    assert main(["collect", *bad, "--corpus", str(tmp_path / "c"), "--no-ray"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {err[7:]}" and named in err and "\n" not in err
+    assert not (tmp_path / "c").exists()  # refused before anything was made
