@@ -3,7 +3,6 @@ no worker left behind."""
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 
@@ -53,7 +52,9 @@ def _run(ms, runner, artifact, mod):
 
 
 def test_same_latency_as_metaschedules_local_builder_and_runner(cpu_hw, tmp_path):
-    """One schedule, built and timed both ways, alternately, several times: the medians agree."""
+    """One schedule, built and timed both ways, alternately, several times: the fastest timings
+    agree (the fastest is the least disturbed; on this shared VM one path's median was once
+    thrown off by a single 2x-slow run, CI of 2026-12-01)."""
     from tvm.s_tir import meta_schedule as ms
 
     from collectors.correctness import make_reference
@@ -72,7 +73,7 @@ def test_same_latency_as_metaschedules_local_builder_and_runner(cpu_hw, tmp_path
                                      initializer=runner_initializer(cpu_hw))
     ours, theirs = [], []
     try:
-        for _ in range(3):
+        for _ in range(5):
             for builder, runner, out in ((ours_b, ours_r, ours), (theirs_b, theirs_r, theirs)):
                 (b,) = builder.build(_inputs(ms, [mod], target))
                 assert b.error_msg is None, b.error_msg
@@ -81,7 +82,7 @@ def test_same_latency_as_metaschedules_local_builder_and_runner(cpu_hw, tmp_path
                 out.append(float(r.run_secs[0]))
     finally:
         theirs_r.pool.shutdown()
-    ratio = statistics.median(ours) / statistics.median(theirs)
+    ratio = min(ours) / min(theirs)
     assert 0.85 < ratio < 1.18, (ours, theirs)
 
 
