@@ -369,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         it would reach if only the stages both paths pay in full were left: MetaSchedule's search
         and cost model, the timed runs of the shared protocol (in ``run_s``), and with
         ``..._own_work_were_free`` also the LLVM compile of every candidate (in ``build_s``)."""
-        ours, plain = runs_of(rows, trials, "ours"), runs_of(rows, trials, "plain")
+        at = [r for r in rows if r["trials"] == trials]
+        ours, plain = runs_of(at, trials, "ours"), runs_of(at, trials, "plain")
         stage = {k: sum(r["breakdown"][k] for r in ours) for k in ours[0]["breakdown"]}
         shared = stage["search_s"] + stage["cost_model_update_s"] + stage["run_s"]
         plain_s = sum(r["elapsed_s"] for r in plain)
@@ -377,24 +378,25 @@ def main(argv: list[str] | None = None) -> int:
             "ours_s": sum(r["elapsed_s"] for r in ours), "plain_s": plain_s, "ours_by_stage_s": stage,
             "ratio_if_builds_and_our_own_work_were_free": plain_s / shared,
             "ratio_if_our_own_work_were_free": plain_s / (shared + stage["build_s"]),
-            "ratio_per_repeat": [sum(r["plain"]["elapsed_s"] for r in rows if r["trials"] == trials and r["repeat"] == k)
-                                 / sum(r["ours"]["elapsed_s"] for r in rows if r["trials"] == trials and r["repeat"] == k)
-                                 for k in sorted({r["repeat"] for r in rows if r["trials"] == trials})],
+            "ratio_per_repeat": [sum(r["plain"]["elapsed_s"] for r in at if r["repeat"] == k)
+                                 / sum(r["ours"]["elapsed_s"] for r in at if r["repeat"] == k)
+                                 for k in sorted({r["repeat"] for r in at})],
         }
 
     for r in rows:
         r["ours"].pop("best_trace_json", None)
+    headline = 64 if 64 in budgets else budgets[0]
     out = {
         "what": "measured records/s: collectors.tuner.tune_task (ours) vs plain ms.tune_tir, same trials, search, "
                 "seed and evaluator, full-size tasks, one run; breakdown from MetaSchedule's Profiler",
         "command": "python -m bench.collect " + " ".join(argv if argv is not None else sys.argv[1:]),
         "hardware": asdict(hw), "min_repeat_ms": min_repeat_ms,
-        "trials_per_task": 64 if 64 in budgets else budgets[0],
-        "ratio_vs_tune_tir": ratio(64 if 64 in budgets else budgets[0]),
-        "ratio_vs_tune_tir_all_repeats": ratio(64 if 64 in budgets else budgets[0], fastest=False),
+        "trials_per_task": headline,
+        "ratio_vs_tune_tir": ratio(headline),
+        "ratio_vs_tune_tir_all_repeats": ratio(headline, fastest=False),
         "ratio_vs_tune_tir_by_trials": {str(t): ratio(t) for t in budgets},
         "ratio_vs_tune_tir_light": ratio(args.light_at, "plain_light") if args.light_at in budgets else None,
-        "limits": limits(64 if 64 in budgets else budgets[0]),
+        "limits": limits(headline),
         "rows": rows, "stage_costs": stages, "min_repeat_ms_spread": spread,
         "min_repeat_ms_spread_task": {"task": tasks[0].task_name, "best_latency_s_in_tuning": best["ours"]["best_latency_s"]},
         "wall_s": time.perf_counter() - t_all,

@@ -54,7 +54,7 @@ def _run(ms, runner, artifact, mod):
 def test_same_latency_as_metaschedules_local_builder_and_runner(cpu_hw, tmp_path):
     """One schedule, built and timed both ways, alternately, several times: the fastest timings
     agree (the fastest is the least disturbed; on this shared VM one path's median was once
-    thrown off by a single 2x-slow run, CI of 2026-12-01)."""
+    thrown off by a single 2x-slow run, in a fresh-clone run of 2026-12-01)."""
     from tvm.s_tir import meta_schedule as ms
 
     from collectors.correctness import make_reference
