@@ -3,7 +3,7 @@
 ``run_training`` reads ``pretrain.parquet`` (stage ``pretrain``: sampled programs of every
 hardware) or ``finetune.parquet`` (stage ``finetune``: one hardware's fastest measured
 schedules) written by ``tlm dataset build``, hands its ``train`` and ``test`` splits to Ray Data
-(``ray.train.get_dataset_shard`` in the workers), runs :func:`tlm.train.train_loop_per_worker`
+(``ray.train.get_dataset_shard`` in the workers), runs :func:`tlm.model.train.train_loop_per_worker`
 on ``workers`` DDP workers (gloo on CPU, nccl on GPU), copies the last checkpoint to
 ``<out_dir>/<model id>/`` (weights, tokenizer, config: no optimizer state) and registers it.
 
@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from tlm.train import TrainConfig
+from tlm.model.train import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class TrainResult:
 
 
 def data_file(dataset_dir: str, stage: str) -> str:
-    from tlm.dataset import FINETUNE_FILE, PRETRAIN_FILE
+    from tlm.model.dataset import FINETUNE_FILE, PRETRAIN_FILE
 
     path = os.path.abspath(os.path.join(dataset_dir, PRETRAIN_FILE if stage == "pretrain" else FINETUNE_FILE))
     if not os.path.exists(path):
@@ -96,10 +96,12 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
     Raises ``ValueError`` when the data has no training rows for the stage/hardware asked, or
     a fine-tuning sentence is longer than the base model can read.
     """
-    from tlm.model import ModelConfig, model_config, read_model_info
-    from tlm.tokenizer import build_tokenizer, load_tokenizer
+    from tlm.model.dataset import built_with
+    from tlm.model.network import ModelConfig, model_config, read_model_info
+    from tlm.model.tokenizer import build_tokenizer, load_tokenizer
 
     path = data_file(job.dataset_dir, cfg.stage)
+    held_out = list(built_with(path).held_out_models)
     rows = read_rows(path, job.hardware_key)
     if not rows["train"]:
         where = f" for hardware {job.hardware_key}" if job.hardware_key else ""
@@ -131,8 +133,11 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
         "train": asdict(cfg), "model_config": asdict(mcfg), "tokenizer_dir": tok_dir,
         "total_steps": total, "steps_per_epoch": per_epoch, "base_model_path": job.base_path,
         "rows": {k: len(v) for k, v in rows.items()}, "data_file": path, "data_sha256": digest,
+        # what the model records about itself: relative names only (a shipped model must not
+        # carry a path of the machine it was trained on) and the models it never saw
         "info": {"stage": cfg.stage, "hardware_key": job.hardware_key, "base_model_id": job.base_model_id,
-                 "data_file": path, "data_sha256": digest, "train": asdict(cfg)},
+                 "data_file": os.path.basename(path), "data_sha256": digest, "held_out_models": held_out,
+                 "train": asdict(cfg)},
     }
     with open(os.path.join(run_dir, JOB_FILE), "w") as f:
         json.dump(spec, f, indent=2)
@@ -160,7 +165,7 @@ def run_training(cfg: TrainConfig, job: TrainJob, *,
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from cluster.ray_session import connect
-    from tlm.train import train_loop_per_worker
+    from cluster.train_session import ray_train_loop
 
     job.storage_path = os.path.abspath(job.storage_path or os.path.join(job.out_dir, ".train-runs"))
     job.name = job.name or f"{cfg.stage}-{job.hardware_key or 'all'}-{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -175,7 +180,7 @@ def run_training(cfg: TrainConfig, job: TrainJob, *,
         datasets = _datasets(spec, job.hardware_key)
         cpu_per_worker, threads = _worker_cpus(job.workers, job.gpu)
         trainer = TorchTrainer(
-            train_loop_per_worker,
+            ray_train_loop,
             train_loop_config={k: spec[k] for k in ("train", "model_config", "tokenizer_dir", "total_steps",
                                                     "steps_per_epoch", "base_model_path", "info")}
             | {"threads": threads},
@@ -260,7 +265,7 @@ def export_model(checkpoint_dir: str, dest: str) -> str:
 
 
 def _write_metrics(dest: str, metrics: dict) -> None:
-    from tlm.model import MODEL_CONFIG_FILE
+    from tlm.model.network import MODEL_CONFIG_FILE
 
     p = os.path.join(dest, MODEL_CONFIG_FILE)
     with open(p) as f:

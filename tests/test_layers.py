@@ -1,4 +1,10 @@
-"""DESIGN.md section 2 holds: dependencies point one way, cluster → tlm → collectors → storage.
+"""The rooms of the code and the seams between them (docs/ARCHITECTURE.md), held by the source.
+
+* dependencies point one way: ``cluster → tlm → collectors → storage`` (``bench`` may use all);
+* inside ``tlm`` the three rooms point one way too: ``service → model → language``; the
+  language needs no torch, transformers or tokenizers (it runs wherever TVM does);
+* only ``cluster/`` imports Ray; ``storage/`` imports no TVM;
+* no import circle anywhere, between modules of any package.
 
 Read from the source (every ``import`` and ``from ... import`` statement, at any depth), so a
 lazy import inside a function counts as much as one at the top of a module.
@@ -20,12 +26,16 @@ ALLOWED = {
     "cluster": {"storage", "collectors", "tlm"},
     "bench": {"storage", "collectors", "tlm", "cluster"},
 }
-#: The only collectors modules tlm may import: hardware, tasks, sketches and the TVM glue, and
-#: collectors.tuner for ``measure_schedules`` only: the generator's measure_top and the closed
-#: loop measure generated schedules exactly as a search's candidates are measured (DESIGN.md's
-#: table predates that; tlm never tunes).
+#: The only collectors modules tlm may import: hardware, tasks, sketches and the TVM glue, the
+#: zoo's list of held-out models, and collectors.tuner for ``measure_schedules`` only: the
+#: generator and the closed loop measure generated schedules exactly as a search's candidates
+#: are measured (tlm never tunes).
 TLM_FROM_COLLECTORS = {"collectors.hardware", "collectors.tasks", "collectors.sketches", "collectors.tir",
-                       "collectors.tuner"}
+                       "collectors.tuner", "collectors.zoo"}
+#: tlm's rooms, lowest first: a room may import the rooms below it, never one above.
+TLM_ROOMS = ("tlm.language", "tlm.model", "tlm.service")
+#: What the language must run without (it is TVM only).
+NOT_IN_LANGUAGE = ("torch", "transformers", "tokenizers", "safetensors", "peft")
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -45,6 +55,15 @@ def _sources(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _room(module: str) -> str | None:
+    return next((r for r in TLM_ROOMS if module == r or module.startswith(r + ".")), None)
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_imports_point_one_way(package):
     bad = []
@@ -58,6 +77,33 @@ def test_imports_point_one_way(package):
     assert not bad, "\n".join(bad)
 
 
+def test_tlm_is_three_rooms_that_point_one_way():
+    """Every tlm module lives in a room; language imports no model or service, model no service."""
+    homeless = [str(p.relative_to(ROOT)) for p in _sources("tlm") if p.name != "__init__.py" or p.parent.name != "tlm"
+                if _room(_module(p)) is None]
+    assert not homeless, f"tlm modules outside tlm/language, tlm/model, tlm/service: {homeless}"
+    bad = []
+    for path in _sources("tlm"):
+        here = _room(_module(path))
+        for line, mod in _imports(path):
+            there = _room(mod)
+            if here and there and TLM_ROOMS.index(there) > TLM_ROOMS.index(here):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {here} imports {mod}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_language_needs_no_torch():
+    bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for p in _sources("tlm/language") for line, mod in _imports(p)
+           if mod.split(".")[0] in NOT_IN_LANGUAGE]
+    assert not bad, "\n".join(bad)
+
+
+def test_only_cluster_imports_ray():
+    bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for pkg in PACKAGES if pkg != "cluster" for p in _sources(pkg)
+           for line, mod in _imports(p) if mod.split(".")[0] == "ray"]
+    assert not bad, "\n".join(bad)
+
+
 def test_storage_does_not_import_tvm():
     """Storage is data only: every TVM-facing concept (interop included) lives in collectors."""
     bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for p in _sources("storage") for line, mod in _imports(p)
@@ -65,15 +111,77 @@ def test_storage_does_not_import_tvm():
     assert not bad, "\n".join(bad)
 
 
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the modules of ours it imports (a ``from pkg.mod import name`` is pkg.mod)."""
+    modules = {_module(p): p for pkg in PACKAGES for p in _sources(pkg)}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    return {m: {r for _, name in _imports(p) if (r := resolve(name)) and r != m} for m, p in modules.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def test_no_import_circle_anywhere():
+    assert _circles(_import_graph()) == []
+
+
 def test_modules_stay_small():
-    """One concept per module: a reader can hold it in their head (DESIGN.md section 9)."""
+    """One concept per module: a reader can hold it in their head."""
     big = [f"{p.relative_to(ROOT)}: {n} lines" for pkg in PACKAGES[:4] for p in _sources(pkg)
            if (n := len(p.read_text().splitlines())) > 460]
     assert not big, "\n".join(big)
 
 
-def test_the_check_sees_a_bad_import(tmp_path):
-    """The parser above is not blind: a lazy upward import is found."""
+def test_the_checks_see_a_bad_import_and_a_circle(tmp_path):
+    """The parser and the circle finder are not blind: a lazy upward import is found, and so is a
+    circle through a lazy import (model -> train -> checkpoint -> model, as tlm once had)."""
     f = tmp_path / "m.py"
     f.write_text("def f():\n    from cluster.cli import main\n    from collectors import zoo\n")
     assert _imports(f) == [(2, "cluster.cli"), (3, "collectors.zoo")]
+    graph = {"model": {"train"}, "train": {"checkpoint"}, "checkpoint": {"model"}, "api": {"model"}, "alone": set()}
+    assert _circles(graph) == [["checkpoint", "model", "train"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []

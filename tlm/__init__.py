@@ -1,14 +1,12 @@
-"""tlm: the tensor language model.
+"""tlm: the tensor language model, in three rooms that depend one way (service → model → language).
 
-Modules, in the order data flows through them:
+* :mod:`tlm.language` - the tensor language: design spaces, sentences ⇄ traces, the legal next
+  words, the proof that a sentence is a valid program. TVM only (no torch).
+* :mod:`tlm.model`    - the GPT-2 that learns it: tokenizer, training sets from a corpus,
+  batching and the decision-only loss, the training loop, checkpoints, scoring.
+* :mod:`tlm.service`  - writing schedules with a trained model: the constrained generator, which
+  model serves which hardware, whole-model schedules, request handling and its HTTP client, the
+  quality hook of a training run.
 
-* ``space``       - every sketch of a (task, hardware) and the choices it leaves open
-* ``numbers``     - how integers are written (words up to 1024, spelled digits above)
-* ``replay``      - incremental replay of a sketch, pausing at each choice (live domains)
-* ``language``    - ``encode``/``decode`` between traces and sentences; ``legal_next_tokens``
-* ``gpu``         - thread-extent constraints that keep CUDA sentences within VerifyGPUCode
-* ``constrained`` - the LogitsProcessor and the no-repair + postprocessor check
-* ``tokenizer``   - WordLevel tokenizer over the language's own vocabulary
-* ``hardware``    - prompt facts derived from a stored TVM target
-* ``dataset``     - pretraining / fine-tuning sentence sets from a corpus (Parquet)
+``tests/test_layers.py`` holds the rooms; ``docs/ARCHITECTURE.md`` is the map.
 """

@@ -1,9 +1,9 @@
 """The generator: a trained TLM writes schedules for a task in one pass, valid as written.
 
 For every live sketch of the task's design space the sketch's prompt is fed to the model and
-the decisions are decoded under :class:`tlm.constrained.LegalTokensProcessor`, which leaves only
+the decisions are decoded under :class:`tlm.service.constrained.LegalTokensProcessor`, which leaves only
 words that keep the program valid; each finished sentence is then proven valid by
-:func:`tlm.constrained.apply_sentence` (TVM kept every decision; every postprocessor accepts).
+:func:`tlm.language.apply_sentence` (TVM kept every decision; every postprocessor accepts).
 A sentence that fails that proof is a bug and raises: nothing is repaired, retried or dropped.
 
 Sketches: the prompt *contains* the sketch (the model is trained on decisions given a
@@ -25,9 +25,8 @@ from typing import Any, Callable, Iterator
 
 from collectors.hardware import Hardware
 from collectors.tasks import Task
-from tlm.constrained import apply_sentence, make_logits_processor
-from tlm.language import EOS, PAD, live_sketches, prompt_tokens
-from tlm.space import build_space
+from tlm.language import EOS, PAD, apply_sentence, build_space, live_sketches, prompt_tokens
+from tlm.service.constrained import make_logits_processor
 
 MAX_K = 64  # candidates one call may ask for
 #: torch intra-op threads while decoding. One step of a small GPT-2 on a few rows is ~0.1 ms of
@@ -98,7 +97,7 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     prompts = [prompt_tokens(space, sk) for sk in sketches]
     with _torch_threads(DECODE_THREADS):
         t0 = time.perf_counter()
-        rows = _decode(model, tokenizer, task, hardware, prompts, k)
+        rows = decode_prompts(model, tokenizer, task, hardware, prompts, k)
         cands = _ranked(model, tokenizer, prompts, sketches, rows)
         out.generate_s = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -112,7 +111,7 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
 
 def _ranked(model: Any, tokenizer: Any, prompts: list[list[str]], sketches: list, rows: list) -> list[Candidate]:
     """Distinct decoded sentences as candidates, scored by the model and sorted best first."""
-    from tlm.model import decision_logprobs
+    from tlm.model.scoring import decision_logprobs
 
     seen, cands, given = set(), [], []
     for i, new, score in rows:
@@ -143,10 +142,12 @@ def _torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _decode(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts: list[list[str]],
-            k: int) -> list[tuple[int, list[str], tuple[float, int] | None]]:
-    """``(prompt index, generated words up to [EOS], (log-probability, words) or None)`` for every
-    returned sequence; the score is given for greedy rows only."""
+def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts: list[list[str]],
+                   k: int) -> list[tuple[int, list[str], tuple[float, int] | None]]:
+    """Constrained decoding of ``prompts`` in one batch (greedy for ``k == 1``, else ``k`` beams per
+    prompt), unranked and unproven: ``(prompt index, generated words up to [EOS], (log-probability,
+    words) or None)`` for every returned sequence; the score is given for greedy rows only.
+    :func:`generate` ranks and proves these; the serving benchmark times this step alone."""
     import torch
 
     batch = tokenizer([" ".join(p) for p in prompts], return_tensors="pt", padding=True)

@@ -1,6 +1,6 @@
 """Training sets of sentences, built from a corpus.
 
-Two sets, as TLM trains (PRIOR-ART §1.4), written as Parquet (readable by
+Two sets, as the original TLM trains, written as Parquet (readable by
 ``ray.data.read_parquet`` and plain pyarrow):
 
 * ``pretrain.parquet``: valid programs *sampled* from every task's design space on every
@@ -26,13 +26,14 @@ from typing import Any, Iterable, Sequence
 
 from collectors.hardware import Hardware
 from collectors.tasks import Task
+from collectors.zoo import HELD_OUT_MODELS
 
 logger = logging.getLogger(__name__)
 
 PRETRAIN_FILE = "pretrain.parquet"
 FINETUNE_FILE = "finetune.parquet"
-COLUMNS = ("text", "prompt_len", "n_tokens", "workload_key", "hardware_key", "task_name",
-           "op_kind", "sketch_id", "split", "source", "latency_s", "label", "record_id")
+#: Parquet schema metadata key holding the DatasetConfig a set was built with (JSON).
+CONFIG_KEY = b"tlm.dataset_config"
 
 
 @dataclass
@@ -41,7 +42,7 @@ class DatasetConfig:
 
     pretrain_per_sketch: int = 8  # random valid programs sampled per sketch and hardware
     finetune_top_k: int = 4  # fastest successful records kept per (task, hardware, sketch)
-    held_out_models: tuple[str, ...] = ()  # whole models whose workloads form the test split
+    held_out_models: tuple[str, ...] = HELD_OUT_MODELS  # whole models whose workloads form the test split
     hardware_keys: tuple[str, ...] = ()  # only these hardware keys (empty: every one in the corpus)
     seed: int = 0  # seeds the design-space sampling
 
@@ -76,7 +77,7 @@ def load_tasks(corpus: Any) -> dict[str, tuple[Task, list[str]]]:
 
 def load_hardware(corpus: Any, keys: Iterable[str]) -> dict[str, Hardware]:
     """hardware_key -> Hardware rebuilt from the index's target and description."""
-    from collectors.hardware import hardware_from_index
+    from collectors.hardware import hardware_for_key
 
     out = {}
     for key in keys:
@@ -84,8 +85,20 @@ def load_hardware(corpus: Any, keys: Iterable[str]) -> dict[str, Hardware]:
         if info is None or not info.get("target"):
             logger.warning("hardware %s is not registered with a target: skipped", key)
             continue
-        out[key] = hardware_from_index(key, info["target"], info.get("description") or "")
+        out[key] = hardware_for_key(key, info)
     return out
+
+
+def built_with(path: str) -> DatasetConfig:
+    """The :class:`DatasetConfig` a sentence set (``pretrain.parquet`` / ``finetune.parquet``)
+    was built with, from its Parquet metadata: what a model trained on it was held out from."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    if CONFIG_KEY not in meta:
+        raise ValueError(f"{path} has no {CONFIG_KEY.decode()} metadata: not written by `tlm dataset build`")
+    fields = json.loads(meta[CONFIG_KEY])
+    return DatasetConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
 
 
 def split_of(models: Sequence[str], held_out: Sequence[str]) -> str:
@@ -118,7 +131,7 @@ def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: i
 
     from tlm.language import encode, live_sketches
     from collectors.sketches import refusing_postproc
-    from tlm.space import build_space
+    from tlm.language.space import build_space
 
     rows, seen = [], set()
     space = build_space(task, hw)
@@ -204,7 +217,7 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
         ("op_kind", pa.string()), ("sketch_id", pa.int32()), ("split", pa.string()), ("source", pa.string()),
         ("latency_s", pa.float64()), ("label", pa.float64()), ("record_id", pa.string()),
     ])
-    meta = {b"tlm.dataset_config": json.dumps(asdict(config)).encode()}
+    meta = {CONFIG_KEY: json.dumps(asdict(config)).encode()}
     for name, rows in ((PRETRAIN_FILE, pre), (FINETUNE_FILE, fine)):
         tab = pa.Table.from_pylist(rows, schema=schema).replace_schema_metadata(meta)
         tmp = os.path.join(out_dir, f".{name}.tmp")
@@ -220,7 +233,7 @@ def dataset_stats(out_dir: str, tokenizer: Any | None = None, *, bins: Sequence[
     """Sizes, token-length histograms and vocabulary coverage of the sets in ``out_dir``."""
     import pyarrow.parquet as pq
 
-    from tlm.tokenizer import build_tokenizer
+    from tlm.model.tokenizer import build_tokenizer
 
     tokenizer = tokenizer or build_tokenizer()
     vocab = tokenizer.get_vocab()

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Choice:
+class Proposal:
     """What a source proposed for one task: ranked traces (postprocessed, as JSON)."""
 
     traces: list[list]  # best-ranked first
@@ -45,31 +45,31 @@ class TaskSchedule:
     error: str | None = None  # why the task keeps the default lowering
 
 
-#: ``source(task, k) -> Choice``
-Source = Callable[[Task, int], Choice]
+#: ``source(task, k) -> Proposal``
+Source = Callable[[Task, int], Proposal]
 
 
 def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str) -> Source:
     """Candidates from a model loaded in this process."""
     from collectors.tir import trace_json
-    from tlm.generate import generate
+    from tlm.service.generator import generate
 
-    def source(task: Task, k: int) -> Choice:
+    def source(task: Task, k: int) -> Proposal:
         g = generate(task, hardware, model, tokenizer, k=k)
-        return Choice([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
+        return Proposal([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
 
     return source
 
 
 def endpoint_source(url: str, hardware_key: str, *, token: str | None = None) -> Source:
     """Candidates from a running ``tlm serve`` at ``url`` (the task's TVMScript is sent)."""
-    from tlm.api import ScheduleClient
+    from tlm.service.client import ScheduleClient
 
     client = ScheduleClient(url, token=token)
 
-    def source(task: Task, k: int) -> Choice:
+    def source(task: Task, k: int) -> Proposal:
         r = client.schedules(task.tvmscript, hardware_key, k=k)
-        return Choice([c.trace for c in r.candidates], r.model_id, r.generate_s + r.check_s)
+        return Proposal([c.trace for c in r.candidates], r.model_id, r.generate_s + r.check_s)
 
     return source
 
@@ -82,8 +82,8 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
     Measured records go to ``on_records`` (the closed loop, tuner ``tlm:<model id>``).
     """
     from collectors.tuner import measure_schedules
-    from tlm.api import ApiError
-    from tlm.generate import tuner_name
+    from tlm.service.api import ApiError
+    from tlm.service.generator import tuner_name
 
     out = []
     for task in tasks:

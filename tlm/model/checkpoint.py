@@ -1,6 +1,6 @@
 """Training checkpoints without pickle: model weights, optimizer moments and the loop's position.
 
-A checkpoint directory is a loadable model directory (:func:`tlm.model.save_model`) plus
+A checkpoint directory is a loadable model directory (:func:`tlm.model.network.save_model`) plus
 ``optimizer.safetensors`` (AdamW's per-parameter tensors, flattened as ``<param index>.<name>``),
 ``optimizer.json`` (its param groups) and ``train_state.json`` (step, epoch, batches consumed in
 the epoch, history). ``torch.save`` would pickle; a checkpoint that a resumed job, a server or a
@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from tlm.model import ModelConfig, save_model
+from tlm.model.network import ModelConfig, save_model
 
 OPTIMIZER_TENSORS = "optimizer.safetensors"
 OPTIMIZER_GROUPS = "optimizer.json"

@@ -1,6 +1,6 @@
 """The fixed words of the tensor language: special tokens, group openers, location names.
 
-Kept apart from ``tlm.language`` (sentences) and ``tlm.decisions`` (reading decisions) so both,
+Kept apart from ``tlm.language`` (sentences) and ``tlm.language.decisions`` (reading decisions) so both,
 and the tokenizer, share one definition.
 """
 from __future__ import annotations

@@ -50,27 +50,6 @@ def number_tokens(value: int) -> list[str]:
     return [f"num{len(digits)}", *digits]
 
 
-def read_number(tokens: Sequence[str], start: int) -> tuple[int, int]:
-    """Parse one number at ``tokens[start]``; returns ``(value, next_position)``.
-
-    Raises ``ValueError`` naming what was found when the words there do not spell a number.
-    """
-    if start >= len(tokens):
-        raise ValueError("expected a number, found the end of the sentence")
-    word = tokens[start]
-    if word in _WORDS:
-        return _WORDS[word], start + 1
-    if word.startswith("num") and word[3:].isdigit():
-        k = int(word[3:])
-        digits = tokens[start + 1 : start + 1 + k]
-        if len(digits) < k or not all(d in DIGITS for d in digits):
-            raise ValueError(f"{word!r} must be followed by {k} digit words, found {list(digits)}")
-        if digits[0] == "0" or int("".join(digits)) <= MAX_WORD:
-            raise ValueError(f"{word} {' '.join(digits)} is not the canonical spelling of a number")
-        return int("".join(digits)), start + 1 + k
-    raise ValueError(f"expected a number, found {word!r}")
-
-
 def next_number_tokens(values: Iterable[int], typed: Sequence[str]) -> tuple[set[str], int | None]:
     """Constrained step inside a number.
 

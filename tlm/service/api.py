@@ -6,21 +6,19 @@ request into a :class:`collectors.tasks.Task` (TVMScript parsed after a static s
 a workload key looked up in the corpus index), generating and optionally measuring, and
 :class:`ApiError`, whose ``status`` is the HTTP status a problem deserves. Everything a
 client can get wrong is an ``ApiError`` with a message that names it; nothing in a request is
-unpickled, and weights come only from safetensors (``tlm.model.load_model``).
+unpickled, and weights come only from safetensors (``tlm.model.network.load_model``).
 
-:class:`ScheduleClient` is the other side: ``tlm compile --endpoint URL`` asks a running
-server for each task's schedule with it.
+:class:`tlm.service.client.ScheduleClient` is the other side.
 """
 from __future__ import annotations
 
 import ast
 import functools
-import json
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tlm.generate import MAX_K
+from tlm.service.generator import MAX_K
 
 #: The largest request body the server reads (a big fused PrimFunc is ~20 KB of TVMScript).
 MAX_BODY_BYTES = 1 << 20
@@ -211,9 +209,9 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
     """
     from collectors.hardware import NotRunnableHere
     from collectors.tir import trace_json
-    from tlm.generate import generate, measure_candidates
+    from tlm.service.generator import generate, measure_candidates
     from tlm.language import live_sketches
-    from tlm.space import block_names, build_space
+    from tlm.language.space import block_names, build_space
 
     if not [b for b in block_names(task.mod) if b != "root"]:
         raise ApiError(422, f"{task.task_name}: no schedulable block (a PrimFunc without T.sblock computes nothing "
@@ -256,37 +254,3 @@ def check_token(header: str | None, expected: str | None) -> None:
     given = header[7:] if header and header.startswith("Bearer ") else ""
     if not hmac.compare_digest(given.encode(), expected.encode()):
         raise ApiError(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
-
-
-# ---------------------------------------------------------------------------------------------
-# The client
-
-class ScheduleClient:
-    """Asks a running ``tlm serve`` for schedules (``tlm compile --endpoint``)."""
-
-    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 600.0) -> None:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
-
-    def schedules(self, tvmscript: str, hardware: str, *, k: int = 1, measure: bool = False) -> ScheduleResponse:
-        """The server's answer for one PrimFunc; raises ApiError with the server's message on a 4xx/5xx."""
-        import httpx
-
-        try:
-            r = self._http.post("/v1/schedules", json={"tvmscript": tvmscript, "hardware": hardware, "k": k,
-                                                       "measure": measure})
-        except httpx.HTTPError as exc:
-            raise ApiError(503, f"{self.url}: {type(exc).__name__}: {exc}") from None
-        if r.status_code != 200:
-            try:
-                detail = r.json().get("detail", r.text)
-            except json.JSONDecodeError:
-                detail = r.text
-            raise ApiError(r.status_code, f"{self.url}: {detail}")
-        return ScheduleResponse.model_validate(r.json())
-
-    def close(self) -> None:
-        self._http.close()

@@ -13,9 +13,9 @@ Four limits of a CUDA multi-level-tiling sketch depend on its tile factors, and
   no longer match the loop body and ``InjectSoftwarePipeline`` fails (measured: every such
   program is rejected), so its extent must be at least 2.
 * **Shared memory.** The shared-memory caches must fit ``max_shared_memory_per_block``: the
-  footprint model is :mod:`tlm.shared_memory`.
+  footprint model is :mod:`tlm.language.shared_memory`.
 * **Vector width.** A cooperative fetch may not vectorise past 16 bytes (nor past 4 lanes when
-  its global reads are strided): :func:`tlm.shared_memory.vector_lanes`.
+  its global reads are strided): :func:`tlm.language.shared_memory.vector_lanes`.
 
 A :class:`ThreadGroup` (thread and pipeline limits) is a loop whose extent is a product of tile
 factors, found by following the trace's data flow ``Bind|Annotate <- Fuse <- Split <-
@@ -31,9 +31,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from tlm.numbers import divisors
-from tlm.shared_memory import SharedMemory, buffer_bytes, level_range, total_bytes
-from tlm.trace_flow import PIPELINE_KEY, producers, split_members
+from tlm.language.numbers import divisors
+from tlm.language.shared_memory import SharedMemory, buffer_bytes, level_range, total_bytes
+from tlm.language.trace_flow import PIPELINE_KEY, producers, split_members
 
 logger = logging.getLogger(__name__)
 

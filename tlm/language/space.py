@@ -22,7 +22,7 @@ parallel  Annotate meta_schedule.      an integer in ``1..max_parallel`` (the sk
 Loop extents and compute-location candidates can depend on earlier decisions, so the space
 keeps them as *facts for the prompt* only when they are the same in every replay it tries
 (the sketch's own decisions plus a few random ones); the exact live domain is computed while
-replaying (``tlm.replay``).
+replaying (``tlm.language.replay``).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from collectors.hardware import Hardware
 from collectors.sketches import design_space, skeleton
 from collectors.tasks import Task
 from collectors.tir import as_target, plain_json
-from tlm.errors import LanguageError
+from tlm.language.errors import LanguageError
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +100,8 @@ class Sketch:
     simple_skeleton: tuple[str, ...] = ()  # ... of the dead-code-free trace
     simple_choice_index: tuple[int, ...] = ()  # choice positions in the simplified trace
     dead: str | None = None  # why no decision gives a valid program; "" alive, None unchecked
-    thread_groups: tuple = ()  # GPU: tlm.gpu.ThreadGroup bounds on products of tile factors
-    shared_memory: Any = None  # GPU: tlm.gpu.SharedMemory footprint model of its cache reads
+    thread_groups: tuple = ()  # GPU: tlm.language.gpu.ThreadGroup bounds on products of tile factors
+    shared_memory: Any = None  # GPU: tlm.language.gpu.SharedMemory footprint model of its cache reads
     vector_lanes: dict = field(default_factory=dict)  # GPU: pick instruction -> most fetch lanes
 
     @property
@@ -231,8 +231,8 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
     groups: tuple = ()
     smem, lanes = None, {}
     if gpu_limits is not None:
-        from tlm.gpu import thread_groups
-        from tlm.shared_memory import shared_memory, vector_lanes
+        from tlm.language.gpu import thread_groups
+        from tlm.language.shared_memory import shared_memory, vector_lanes
 
         insts = plain_json(trace.as_json(remove_postproc=True))[0]
         groups = thread_groups(insts, gpu_limits[0], gpu_limits[2])
@@ -267,7 +267,7 @@ def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> list[Choi
     """Fill ``extent`` / ``n_locations`` where every replay agrees (else leave None)."""
     from tvm.s_tir.schedule import Schedule, Trace
 
-    from tlm.replay import compute_locations
+    from tlm.language.replay import compute_locations
 
     by_index = {c.inst_index: c for c in choices}
     seen: dict[int, set] = {c.inst_index: set() for c in choices}

@@ -1,6 +1,6 @@
 """The tensor language: a MetaSchedule trace as a sentence of readable words, and back.
 
-Grammar (words separated by single spaces; ``NUM`` is a number as in :mod:`tlm.numbers`:
+Grammar (words separated by single spaces; ``NUM`` is a number as in :mod:`tlm.language.numbers`:
 ``0``..``1024`` as one word, larger values as ``num<k>`` plus ``k`` digit words)::
 
     sentence  := "[BOS]" prompt decisions "[EOS]"
@@ -48,7 +48,7 @@ to 32 iterations; unroll up to 512 steps. ``decode`` gives back the sketch's tra
 these decisions.
 
 Unknown prompt words (an op name or CPU the vocabulary lacks) stay words in the sentence;
-the tokenizer maps them to ``[UNK]`` (see :mod:`tlm.tokenizer`). Decisions only ever use
+the tokenizer maps them to ``[UNK]`` (see :mod:`tlm.model.tokenizer`). Decisions only ever use
 words of the language, so a generated decision part is always fully in the vocabulary.
 """
 from __future__ import annotations
@@ -62,13 +62,11 @@ from typing import Any, Sequence
 
 from collectors.hardware import Hardware
 from collectors.tasks import Task
-from tlm.decisions import (  # noqa: F401 - re-exported: the language's public API
-    LIVENESS_WALKS, DecisionState, build_trace, live_sketches, requested_decisions, tile_factor_values)
-from tlm.errors import LanguageError
-from tlm.numbers import divisors, number_tokens  # noqa: F401 - divisors is re-exported
-from tlm.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, sblocks
-from tlm.words import (  # noqa: F401 - re-exported
-    BOS, DECIDE, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK, word_order)
+from tlm.language.decisions import DecisionState, live_sketches
+from tlm.language.errors import LanguageError
+from tlm.language.numbers import number_tokens
+from tlm.language.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, sblocks
+from tlm.language.words import BOS, DECIDE, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, word_order
 
 logger = logging.getLogger(__name__)
 
@@ -398,7 +396,7 @@ def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardw
     """Exactly the words that may follow ``partial`` and keep it a valid program.
 
     Inside the prompt: the next word of any live sketch's prompt that ``partial`` starts (so
-    the sketch itself may be chosen; a dead sketch, see ``tlm.space.Sketch.dead``, raises
+    the sketch itself may be chosen; a dead sketch, see ``tlm.language.space.Sketch.dead``, raises
     :class:`LanguageError` once its prompt is complete); after ``decide``: the live domain of the current choice;
     after the last decision: ``[EOS]``; after ``[EOS]``: nothing.
     """

@@ -1,8 +1,8 @@
 """Reading the decision part of a sentence against the live schedule, and which sketches can start one.
 
-:class:`DecisionState` reads decision words one at a time while :class:`tlm.replay.LiveReplay`
+:class:`DecisionState` reads decision words one at a time while :class:`tlm.language.replay.LiveReplay`
 replays the sketch, so every legal set is computed from the live schedule (tile factors from
-:func:`tile_factor_values`, further bounded on GPUs by :mod:`tlm.gpu`; compute locations as
+:func:`tile_factor_values`, further bounded on GPUs by :mod:`tlm.language.gpu`; compute locations as
 TVM lists them). :func:`live_sketches` tells which sketches some decisions make valid.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ import logging
 import math
 from typing import Any, Sequence
 
-from tlm.errors import LanguageError
-from tlm.numbers import divisors, next_number_tokens
-from tlm.space import Choice, Sketch, Space
-from tlm.words import EOS, GROUP_WORD, LOCATION_WORDS, word_order
+from tlm.language.errors import LanguageError
+from tlm.language.numbers import divisors, next_number_tokens
+from tlm.language.space import Choice, Sketch, Space
+from tlm.language.words import EOS, GROUP_WORD, LOCATION_WORDS, word_order
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +45,13 @@ def tile_factor_values(choice: Choice, extent: int, chosen: Sequence[int]) -> li
 class DecisionState:
     """The decision part of one sentence being read or written, token by token.
 
-    Holds a :class:`tlm.replay.LiveReplay` of the sketch, so every legal set is computed from
+    Holds a :class:`tlm.language.replay.LiveReplay` of the sketch, so every legal set is computed from
     the live schedule. ``legal()`` is the set of words that keep the sentence a valid
     program; ``feed(word)`` advances (raising :class:`LanguageError` on an illegal word).
     """
 
     def __init__(self, space: Space, sketch: Sketch, prompt_len: int) -> None:
-        from tlm.replay import LiveReplay
+        from tlm.language.replay import LiveReplay
 
         self.space, self.sketch = space, sketch
         self.position = prompt_len  # token position of the next word
@@ -87,8 +87,8 @@ class DecisionState:
 
     def _thread_feasible(self, choice: Choice, extent: int, values: list[int]) -> list[int]:
         """GPU: keep the factors that let every thread/pipeline group and the shared memory
-        stay within their limits (``tlm.gpu.feasible_factors``)."""
-        from tlm.gpu import feasible_factors
+        stay within their limits (``tlm.language.gpu.feasible_factors``)."""
+        from tlm.language.gpu import feasible_factors
 
         key = (choice.inst_index, tuple(self._factors), extent)
         hit = self._gpu_cache.get(key)

@@ -1,17 +1,18 @@
 """Training the TLM: one ``train_loop_per_worker(config)``, run by Ray Train or directly.
 
-The loss is causal-LM cross-entropy on the **decision tokens only** (and the closing
-``[EOS]``): the prompt is given, not predicted, and padding is nothing (both are label -100).
-TLM's loss over the whole sentence (PRIOR-ART §1.5) spends most of its capacity learning to
-copy prompts. A fine-tuning row may carry a weight (``label`` = best latency of its task /
+The loss counts the **decision tokens only** (:mod:`tlm.model.batching`): the original TLM's
+loss over the whole sentence spends most of a small model's capacity learning to copy prompts.
+A fine-tuning row may carry a weight (``label`` = best latency of its task /
 its latency): with ``loss_weighting="latency"`` a schedule twice as slow as the task's best
 counts half, so the model learns most from the fastest schedules while still seeing several
 per sketch.
 
-The loop talks to its surroundings through a *session*: :class:`RayTrainSession` inside a
-Ray Train worker (dataset shards, ``ray.train.report``, ``ray.train.get_checkpoint``, DDP) or
-:class:`LocalSession` (rows in memory, checkpoints in a directory) for tests and for the
-benchmark of the bare loop. The launcher is ``cluster/train_job.py``.
+The loop talks to its surroundings through a *session* (:class:`Session`): where batches come
+from, how the model is placed, where reports and checkpoints go. :class:`LocalSession` keeps
+rows in memory and checkpoints in a directory (tests, the benchmark of the bare loop); inside a
+Ray Train worker it is ``cluster.train_session.RayTrainSession`` (dataset shards, DDP,
+``ray.train.report`` and restore), so this module never imports Ray. The launcher is
+``cluster/train_job.py``.
 """
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
-from tlm.checkpoint import load_optimizer_state, load_train_state, save_checkpoint
-from tlm.model import ModelConfig, build_model
+from tlm.model.batching import batch_encoding, encode_batch, masked_loss
+from tlm.model.checkpoint import load_optimizer_state, load_train_state, save_checkpoint
+from tlm.model.network import ModelConfig, build_model, load_weights
 
-IGNORE = -100  # label of a position that is not predicted (prompt, padding)
 STAGES = ("pretrain", "finetune")
 WEIGHTINGS = ("none", "latency")
 
@@ -37,7 +38,7 @@ class TrainConfig:
     """How to train; stored in every checkpoint's ``tlm_model.json``."""
 
     stage: str = "pretrain"  # pretrain: sampled programs of every hardware; finetune: one hardware's fastest
-    preset: str = "small"  # model shape (tlm.model.PRESETS); finetune keeps the base model's
+    preset: str = "small"  # model shape (tlm.model.network.PRESETS); finetune keeps the base model's
     epochs: float = 3.0  # passes over the training split (fractions allowed)
     max_steps: int = 0  # > 0: stop after this many optimizer steps instead
     batch_size: int = 16  # sentences per worker per step
@@ -64,56 +65,6 @@ class TrainConfig:
             raise ValueError("either epochs or max_steps must be > 0")
 
 
-# ------------------------------------------------------------------------------------------
-# batches and the masked loss
-# ------------------------------------------------------------------------------------------
-def encode_batch(texts: list[str], prompt_lens: list[int], vocab: dict[str, int], *, pad_id: int,
-                 unk_id: int, max_len: int, weights: list[float] | None = None) -> dict[str, Any]:
-    """Right-padded ``input_ids``, ``attention_mask``, ``labels`` (prompt and padding = -100)
-    and per-sentence ``weights``. One word is one token (the tokenizer is WordLevel)."""
-    import torch
-
-    rows = [[vocab.get(w, unk_id) for w in t.split()] for t in texts]
-    longest = max(len(r) for r in rows)
-    if longest > max_len:
-        raise ValueError(f"a sentence of {longest} tokens exceeds the model's {max_len} positions; "
-                         "train a model with a longer context (ModelConfig.n_positions)")
-    ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)
-    labels = torch.full((len(rows), longest), IGNORE, dtype=torch.long)
-    mask = torch.zeros((len(rows), longest), dtype=torch.long)
-    for i, (r, p) in enumerate(zip(rows, prompt_lens)):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-        labels[i, p : len(r)] = ids[i, p : len(r)]
-    w = torch.tensor(weights if weights is not None else [1.0] * len(rows), dtype=torch.float32)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels, "weights": w}
-
-
-def batch_encoding(tokenizer: Any, max_len: int) -> dict[str, Any]:
-    """The keyword arguments of :func:`encode_batch` for ``tokenizer`` and a context of ``max_len``."""
-    return {"vocab": tokenizer.get_vocab(), "pad_id": tokenizer.pad_token_id, "unk_id": tokenizer.unk_token_id,
-            "max_len": max_len}
-
-
-def masked_loss(logits: Any, labels: Any, weights: Any) -> tuple[Any, Any, Any, Any]:
-    """``(loss, token_weight_sum, correct, counted)`` of next-token prediction on labelled positions.
-
-    ``loss`` is the weighted mean cross-entropy over decision tokens; ``correct``/``counted``
-    give the decision-token accuracy (argmax, unweighted).
-    """
-    import torch.nn.functional as F
-
-    logits, target = logits[:, :-1, :], labels[:, 1:]
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1),
-                         ignore_index=IGNORE, reduction="none").view(target.shape)
-    counted = target != IGNORE
-    tw = counted.float() * weights[:, None].to(ce.device)
-    wsum = tw.sum()
-    loss = (ce * tw).sum() / wsum.clamp_min(1e-12)
-    correct = ((logits.argmax(-1) == target) & counted).sum()
-    return loss, wsum, correct, counted.sum()
-
-
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
     """Linear warm-up to ``lr``, then cosine decay to ``lr * min_lr_ratio`` at ``total_steps``."""
     if step < cfg.warmup_steps:
@@ -126,6 +77,23 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
 # ------------------------------------------------------------------------------------------
 # sessions: where batches come from and where reports and checkpoints go
 # ------------------------------------------------------------------------------------------
+class Session(Protocol):
+    """What the loop needs from its surroundings (one per worker)."""
+
+    world_rank: int
+    world_size: int
+
+    def has(self, split: str) -> bool: ...
+
+    def batches(self, split: str, batch_size: int, *, seed: int | None, drop_last: bool) -> Iterator[dict]: ...
+
+    def restored(self) -> contextlib.AbstractContextManager[str | None]: ...
+
+    def prepare(self, model: Any) -> tuple[Any, Any]: ...
+
+    def report(self, metrics: dict, checkpoint_dir: str | None) -> None: ...
+
+
 def _columns(batch: dict, weighted: bool) -> tuple[list[str], list[int], list[float] | None]:
     texts = [str(t) for t in batch["text"]]
     plens = [int(p) for p in batch["prompt_len"]]
@@ -161,6 +129,12 @@ class LocalSession:
     def restored(self) -> Iterator[str | None]:
         yield self.resume_from
 
+    def prepare(self, model: Any) -> tuple[Any, Any]:
+        """The model on the CPU, unwrapped: one worker needs no DDP."""
+        import torch
+
+        return model, torch.device("cpu")
+
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         self.reports.append(dict(metrics))
         if checkpoint_dir is not None:
@@ -169,48 +143,6 @@ class LocalSession:
             dest = os.path.join(self.root, f"checkpoint_{len(self.checkpoints):06d}")
             shutil.copytree(checkpoint_dir, dest)
             self.checkpoints.append(dest)
-
-
-class RayTrainSession:
-    """Inside a Ray Train worker: dataset shards, DDP, ``ray.train.report`` and restore."""
-
-    def __init__(self) -> None:
-        import ray.train
-
-        ctx = ray.train.get_context()
-        self.world_rank, self.world_size = ctx.get_world_rank(), ctx.get_world_size()
-
-    def has(self, split: str) -> bool:
-        import ray.train
-
-        try:
-            return ray.train.get_dataset_shard(split) is not None
-        except (KeyError, ValueError):
-            return False
-
-    def batches(self, split: str, batch_size: int, *, seed: int | None, drop_last: bool) -> Iterator[dict]:
-        import ray.train
-
-        shard = ray.train.get_dataset_shard(split)
-        shuffle = {"local_shuffle_buffer_size": 4096, "local_shuffle_seed": seed} if seed is not None else {}
-        yield from shard.iter_batches(batch_size=batch_size, batch_format="numpy", drop_last=drop_last, **shuffle)
-
-    @contextlib.contextmanager
-    def restored(self) -> Iterator[str | None]:
-        import ray.train
-
-        ckpt = ray.train.get_checkpoint()
-        if ckpt is None:
-            yield None
-        else:
-            with ckpt.as_directory() as d:
-                yield d
-
-    def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
-        import ray.train
-
-        ckpt = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        ray.train.report(metrics, checkpoint=ckpt)
 
 
 def _all_sum(values: list[float], device: Any) -> list[float]:
@@ -260,18 +192,18 @@ def train_loop_per_worker(config: dict) -> None:
 
     ``config``: ``train`` (a :class:`TrainConfig` as dict), ``model_config`` (a
     :class:`ModelConfig` as dict), ``tokenizer_dir``, ``total_steps``, ``steps_per_epoch``,
-    optionally ``base_model_path`` (fine-tuning starts there), ``info`` (stored in
-    checkpoints) and ``session`` (default: :class:`RayTrainSession`).
+    ``session`` (a :class:`Session`), optionally ``base_model_path`` (fine-tuning starts
+    there), ``info`` (stored in checkpoints) and ``threads``.
     """
     import torch
 
-    from tlm.tokenizer import load_tokenizer
+    from tlm.model.tokenizer import load_tokenizer
 
     cfg = TrainConfig(**config["train"])
     if config.get("threads"):
         torch.set_num_threads(int(config["threads"]))
     mcfg = ModelConfig(**config["model_config"])
-    session = config.get("session") or RayTrainSession()
+    session: Session = config["session"]
     tokenizer = load_tokenizer(config["tokenizer_dir"])
     enc = batch_encoding(tokenizer, mcfg.n_positions)
     total, per_epoch = int(config["total_steps"]), max(1, int(config["steps_per_epoch"]))
@@ -280,8 +212,8 @@ def train_loop_per_worker(config: dict) -> None:
     with session.restored() as resume_dir:
         state = load_train_state(resume_dir) if resume_dir else None
         start = resume_dir if state else config.get("base_model_path")
-        model = _load_weights(start) if start else build_model(mcfg, seed=cfg.seed)
-        model, device = _prepare(model, session)  # placed (and DDP-wrapped) before the optimizer sees it
+        model = load_weights(start) if start else build_model(mcfg, seed=cfg.seed)
+        model, device = session.prepare(model)  # placed (and DDP-wrapped) before the optimizer sees it
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         if state:
             load_optimizer_state(resume_dir, optimizer)
@@ -335,26 +267,6 @@ def train_loop_per_worker(config: dict) -> None:
             state["batch_in_epoch"] = 0
             if state["step"] == 0 and skip == 0:
                 raise ValueError("the training split has fewer sentences than one batch per worker")
-
-
-def _load_weights(path: str) -> Any:
-    from transformers import GPT2LMHeadModel
-
-    if not os.path.isdir(path):  # never a hub id: nothing is downloaded
-        raise FileNotFoundError(f"model directory {path!r} does not exist (in {os.getcwd()})")
-    return GPT2LMHeadModel.from_pretrained(path, use_safetensors=True, local_files_only=True)
-
-
-def _prepare(model: Any, session: Any) -> tuple[Any, Any]:
-    """DDP-wrap and place the model under Ray Train; plain CPU model otherwise."""
-    import torch
-
-    if isinstance(session, RayTrainSession):
-        import ray.train.torch
-
-        model = ray.train.torch.prepare_model(model)
-        return model, ray.train.torch.get_device()
-    return model, torch.device("cpu")
 
 
 def _report(session: Any, metrics: dict, model: Any, tokenizer: Any, mcfg: ModelConfig, optimizer: Any,

@@ -2,7 +2,7 @@
 
 The vocabulary is what the *language defines* (:func:`language_vocabulary`): special tokens,
 structure words, every instruction kind, annotation keys, dtypes, op kinds and name words,
-CPU/GPU architecture names, ISA flags and every number word of :mod:`tlm.numbers`. So a
+CPU/GPU architecture names, ISA flags and every number word of :mod:`tlm.language.numbers`. So a
 tile factor no corpus held is still a token. Words seen in a corpus's prompts may be added
 (``extra_words``), never removed.
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable
 
-from tlm.numbers import DIGITS, number_vocabulary
-from tlm.space import INSTRUCTION_KINDS
-from tlm.words import BOS, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK
+from tlm.language.numbers import DIGITS, number_vocabulary
+from tlm.language.space import INSTRUCTION_KINDS
+from tlm.language.words import BOS, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK
 
 logger = logging.getLogger(__name__)
 

@@ -104,11 +104,6 @@ def build_model(cfg: ModelConfig, *, seed: int = 0) -> Any:
     return GPT2LMHeadModel(gpt2_config(cfg))
 
 
-def count_parameters(model: Any) -> int:
-    """Parameters of ``model`` (tied input/output embeddings counted once)."""
-    return sum(p.numel() for p in model.parameters())
-
-
 def save_model(model: Any, tokenizer: Any, cfg: ModelConfig, path: str, *, info: dict | None = None) -> str:
     """Write a loadable model directory: safetensors weights, tokenizer, ``tlm_model.json``.
 
@@ -135,38 +130,22 @@ def read_model_info(path: str) -> dict:
 
 def load_model(path: str) -> tuple[Any, Any, ModelConfig]:
     """``(model, tokenizer, config)`` of a model directory, weights through safetensors only."""
-    from transformers import GPT2LMHeadModel
-
-    from tlm.tokenizer import load_tokenizer
+    from tlm.model.tokenizer import load_tokenizer
 
     info = read_model_info(path)
     cfg = ModelConfig(**info["model_config"])
-    if not os.path.exists(os.path.join(path, "model.safetensors")):
-        raise FileNotFoundError(f"{path} has no model.safetensors (only safetensors weights are loaded)")
-    model = GPT2LMHeadModel.from_pretrained(path, use_safetensors=True, local_files_only=True)
+    model = load_weights(path)
     model.eval()
     return model, load_tokenizer(path), cfg
 
 
-def decision_logprobs(model: Any, tokenizer: Any, texts: list[str], prompt_lens: list[int], *,
-                      batch_size: int = 16) -> list[tuple[float, int]]:
-    """``(sum of log-probabilities, tokens)`` of each sentence's decisions (and ``[EOS]``) given its
-    prompt: how likely the model finds a schedule, for ranking candidates or judging a model
-    by whether it prefers the fast ones."""
-    import torch
+def load_weights(path: str) -> Any:
+    """The ``GPT2LMHeadModel`` of a model directory, from ``model.safetensors`` only: nothing is
+    unpickled and a path is never taken for a hub id (nothing is downloaded)."""
+    from transformers import GPT2LMHeadModel
 
-    from tlm.train import IGNORE, batch_encoding, encode_batch
-
-    enc = batch_encoding(tokenizer, model.config.n_positions)
-    out: list[tuple[float, int]] = []
-    model.eval()
-    with torch.no_grad():
-        for i in range(0, len(texts), batch_size):
-            b = encode_batch(texts[i : i + batch_size], prompt_lens[i : i + batch_size], **enc)
-            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits[:, :-1].float()
-            target = b["labels"][:, 1:]
-            counted = target != IGNORE
-            lp = torch.log_softmax(logits, -1).gather(-1, target.clamp_min(0)[..., None])[..., 0]
-            lp = (lp * counted).sum(-1)
-            out += [(float(s), int(n)) for s, n in zip(lp, counted.sum(-1))]
-    return out
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"model directory {path!r} does not exist (in {os.getcwd()})")
+    if not os.path.exists(os.path.join(path, "model.safetensors")):
+        raise FileNotFoundError(f"{path} has no model.safetensors (only safetensors weights are loaded)")
+    return GPT2LMHeadModel.from_pretrained(path, use_safetensors=True, local_files_only=True)

@@ -36,7 +36,7 @@ class ModelEntry:
 
 def shipped_models(root: str = SHIPPED_MODELS) -> list[ModelEntry]:
     """The model directories under ``root`` (sorted by name); directories without a model are skipped."""
-    from tlm.model import read_model_info
+    from tlm.model.network import read_model_info
 
     out = []
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
@@ -90,7 +90,7 @@ def pretrained_model(corpus: Any | None = None, *, root: str = SHIPPED_MODELS) -
 def resolve_model(name: str, corpus: Any | None = None, *, root: str = SHIPPED_MODELS) -> ModelEntry:
     """A model named by the user: a directory, a registered or shipped model id, or ``shipped``
     (the pretrained base). Raises :class:`NoModel` naming what is accepted."""
-    from tlm.model import read_model_info
+    from tlm.model.network import read_model_info
 
     if name == "shipped":
         return pretrained_model(None, root=root)

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
-from tlm.trace_flow import PIPELINE_KEY, producers, split_members
+from tlm.language.trace_flow import PIPELINE_KEY, producers, split_members
 
 @dataclass(frozen=True)
 class SharedBuffer:
