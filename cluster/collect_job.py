@@ -1,6 +1,6 @@
 """The collection job: fan (task, hardware) units out to collector actors across a Ray cluster.
 
-How it works (DESIGN.md section 4):
+How it works (docs/ARCHITECTURE.md, "Collection"):
 
 1. The driver joins or starts Ray (cluster/ray_session.py) and reads
    ``ray.cluster_resources()`` to learn which hardware keys the cluster has and how many
@@ -15,7 +15,7 @@ How it works (DESIGN.md section 4):
    died, is retried on whatever node of that hardware is left (record ids + idempotent
    ``append`` make the retry safe).
 
-``run_collection`` is the whole job as one function; the CLI glue is in cluster/cmd_collect.py.
+``run_collection`` is the whole job as one function; the CLI glue is in cluster/cli/collect.py.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from cluster.dispatcher import Dispatcher, make_collector
 from cluster.ray_session import connect, wait_for_keys, warn_if_not_shared
@@ -67,6 +67,10 @@ def run_collection(
     :class:`Hardware` of a key explicitly instead of letting each node detect it: needed when
     several simulated nodes on one machine advertise different keys (tests, benchmarks).
     ``params`` are stored with the run in the index.
+
+    The steps: :func:`_placement` (which keys the cluster has), :func:`_plan` (a unit per task and
+    key: queued, skipped as done, or unplaceable), the :class:`Dispatcher` (collectors kept busy),
+    and :func:`_record_end` (the run's and the units' final status in the index).
     """
     import ray
 
@@ -84,48 +88,15 @@ def run_collection(
     warn_if_not_shared(corpus_root, index_url)
     t0 = time.time()
     corpus = Corpus.open(corpus_root, index_url=index_url)
-    present = keys_in_resources(ray.cluster_resources())
-    wanted = list(dict.fromkeys(hardware_keys)) if hardware_keys else list(present)
-    missing = [k for k in wanted if k not in present]
-    if missing and cfg.wait_for_nodes_s > 0:
-        present = wait_for_keys(missing, cfg.wait_for_nodes_s)
-        missing = [k for k in wanted if k not in present]
-    idle = [k for k in present if k not in wanted]
-    for k in idle:
-        log.info("hardware %s is in the cluster but no task needs it: its node(s) stay idle", k)
-    for k in missing:
-        log.warning("no node advertises measure:%s: its %d task(s) are reported unplaceable", k, len(tasks))
-
-    run_id = corpus.start_run(
-        "collect",
-        {
-            "tuner": tuner,
-            "trials": trials,
-            "hardware": wanted,
-            "tasks": len(tasks),
-            **dict(params or {}),
-        },
-    )
+    wanted, present, idle, missing = _placement(hardware_keys, cfg, len(tasks))
+    run_id = corpus.start_run("collect", {"tuner": tuner, "trials": trials, "hardware": wanted, "tasks": len(tasks),
+                                          **dict(params or {})})
     register_tasks(corpus, tasks)
-
-    outcomes: dict[tuple[str, str], UnitOutcome] = {}
-    queues: dict[str, collections.deque] = {k: collections.deque() for k in wanted if k in present}
-    by_key_task = {t.workload_key: t for t in tasks}
-    for k in wanted:
-        for t in tasks:
-            o = UnitOutcome.of(t, k, tune_config)
-            outcomes[(t.workload_key, k)] = o
-            if k not in present:
-                o.status, o.error = "unplaceable", f"no node advertises measure:{k}"
-            elif corpus.task_status(t.workload_key, k, tuner, trials) == "done":
-                o.status = "skipped"
-            else:
-                queues[k].append(t.workload_key)
-
+    outcomes, queues = _plan(corpus, tasks, wanted, present, tune_config)
     dispatcher = Dispatcher(
         queues=queues,
         outcomes=outcomes,
-        tasks=by_key_task,
+        tasks={t.workload_key: t for t in tasks},
         tune_config=tune_config,
         make_actor=lambda key: make_collector(key, corpus_root, index_url, run_id, (hardware or {}).get(key),
                                               cfg.actor_options),
@@ -145,20 +116,67 @@ def run_collection(
         summary = CollectionSummary(run_id, status, list(outcomes.values()), tuner=tuner, trials=trials,
                                     hardware_keys=wanted, idle_keys=idle, missing_keys=missing,
                                     wall_s=time.time() - t0)
-        try:
-            for o in outcomes.values():
-                if o.status in ("failed", "unplaceable"):
-                    corpus.set_task_status(o.workload_key, o.hardware_key, tuner, trials, o.status, run_id=run_id, records=0)
-                elif status == "interrupted" and o.status == "pending" and \
-                        corpus.task_status(o.workload_key, o.hardware_key, tuner, trials) == "running":
-                    # its collector was stopped with the job: say so (resume re-tunes it either way)
-                    corpus.set_task_status(o.workload_key, o.hardware_key, tuner, trials, "interrupted", run_id=run_id)
-            corpus.finish_run(run_id, status)
-        except Exception:  # noqa: BLE001 - never hide the job's own error behind this one
-            log.exception("could not record the end of run %s", run_id)
+        _record_end(corpus, run_id, status, outcomes.values(), tuner, trials)
         if started_ray:
             ray.shutdown()
     log.info("collection %s: %s", run_id, summary.as_dict())
     return summary
 
 
+def _placement(hardware_keys: Sequence[str] | None, cfg: JobConfig,
+               n_tasks: int) -> tuple[list[str], list[str], list[str], list[str]]:
+    """``(wanted, present, idle, missing)`` hardware keys: the ones asked for (None: every key
+    present), the ones the cluster advertises (after waiting for absent ones, if asked), those
+    present but not needed, and those asked for but absent (their units are unplaceable)."""
+    import ray
+
+    present = keys_in_resources(ray.cluster_resources())
+    wanted = list(dict.fromkeys(hardware_keys)) if hardware_keys else list(present)
+    missing = [k for k in wanted if k not in present]
+    if missing and cfg.wait_for_nodes_s > 0:
+        present = wait_for_keys(missing, cfg.wait_for_nodes_s)
+        missing = [k for k in wanted if k not in present]
+    idle = [k for k in present if k not in wanted]
+    for k in idle:
+        log.info("hardware %s is in the cluster but no task needs it: its node(s) stay idle", k)
+    for k in missing:
+        log.warning("no node advertises measure:%s: its %d task(s) are reported unplaceable", k, n_tasks)
+    return wanted, list(present), idle, missing
+
+
+def _plan(corpus: Any, tasks: Sequence[Task], wanted: Sequence[str], present: Sequence[str],
+          tune_config: TuneConfig) -> tuple[dict[tuple[str, str], UnitOutcome], dict[str, collections.deque]]:
+    """One outcome per (task, key), and per present key the queue of workload keys to collect: a
+    unit the index marks done is skipped, a unit of an absent key is unplaceable."""
+    tuner, trials = tune_config.tuner_name, tune_config.trials
+    outcomes: dict[tuple[str, str], UnitOutcome] = {}
+    queues: dict[str, collections.deque] = {k: collections.deque() for k in wanted if k in present}
+    for k in wanted:
+        for t in tasks:
+            o = UnitOutcome.of(t, k, tune_config)
+            outcomes[(t.workload_key, k)] = o
+            if k not in present:
+                o.status, o.error = "unplaceable", f"no node advertises measure:{k}"
+            elif corpus.task_status(t.workload_key, k, tuner, trials) == "done":
+                o.status = "skipped"
+            else:
+                queues[k].append(t.workload_key)
+    return outcomes, queues
+
+
+def _record_end(corpus: Any, run_id: str, status: str, outcomes: Iterable[UnitOutcome], tuner: str,
+                trials: int) -> None:
+    """The run's status, and the status of units that ended without their collector saying so
+    (failed, unplaceable, or stopped with an interrupted job). Never raises: the job's own error,
+    if any, is the one to see."""
+    try:
+        for o in outcomes:
+            if o.status in ("failed", "unplaceable"):
+                corpus.set_task_status(o.workload_key, o.hardware_key, tuner, trials, o.status, run_id=run_id, records=0)
+            elif status == "interrupted" and o.status == "pending" and \
+                    corpus.task_status(o.workload_key, o.hardware_key, tuner, trials) == "running":
+                # its collector was stopped with the job: say so (resume re-tunes it either way)
+                corpus.set_task_status(o.workload_key, o.hardware_key, tuner, trials, "interrupted", run_id=run_id)
+        corpus.finish_run(run_id, status)
+    except Exception:  # noqa: BLE001 - never hide the job's own error behind this one
+        log.exception("could not record the end of run %s", run_id)

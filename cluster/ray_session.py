@@ -1,14 +1,15 @@
 """The Ray session of a collection: join a cluster or start a local one, and see what it holds.
 
-Only ``cluster/`` calls ``ray.init`` (DESIGN.md section 2). A local Ray advertises this
+Only ``cluster/`` imports Ray (``tests/test_layers.py`` holds it). A local Ray advertises this
 machine's hardware (``hw:<key>`` and ``measure:<key>`` resources, cluster/resources.py) so the
 collectors find a slot; on a cluster each node advertises its own.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Sequence
+from typing import Iterator, Mapping, Sequence
 
 from cluster.resources import keys_in_resources, measure_resource
 
@@ -19,7 +20,7 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
     """Join the Ray cluster at ``address``, or start a local one advertising this machine.
 
     Returns whether this call started Ray (then the caller shuts it down). Only ``cluster/``
-    calls ``ray.init`` (DESIGN.md section 2).
+    imports Ray (tests/test_layers.py).
     """
     import ray
 
@@ -98,3 +99,24 @@ def warn_if_not_shared(corpus_root: str, index_url: str | None) -> None:
         )
 
 
+@contextlib.contextmanager
+def simulated_cluster(nodes: Sequence[Mapping[str, float]], *, cpus_per_node: int = 1,
+                      object_store_mb: int = 80) -> Iterator[str]:
+    """A multi-node Ray cluster inside this one machine (``ray.cluster_utils.Cluster``): a head
+    with no CPUs and one node per entry of ``nodes`` (its custom resources), connected for the
+    block; yields the cluster's address. For measuring what the cluster machinery costs
+    (``bench/cluster.py``) where only one machine exists."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    store = object_store_mb << 20
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                            "object_store_memory": store})
+    try:
+        for resources in nodes:
+            cluster.add_node(num_cpus=cpus_per_node, resources=dict(resources), object_store_memory=store)
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        yield cluster.address
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -1,7 +1,7 @@
 """Node roles as Ray resources.
 
 A node says what it can measure by advertising two custom resources per hardware key
-(DESIGN.md section 3):
+(docs/ARCHITECTURE.md, "Hardware identity"):
 
 - ``hw:<key>``: 1 on every node of that hardware. Anything that must run *on* that hardware
   (a collector actor, a serve replica for that key) asks for a small fraction of it.

@@ -4,7 +4,7 @@ One class, ``ScheduleServer``: ``__init__`` opens the corpus (optional: workload
 closed loop need it), ``get_model`` loads the model of a hardware key (``@serve.multiplexed``,
 so a replica keeps the few keys it was asked for and evicts the least recently used), and one
 method per route. Request handling itself (parsing TVMScript, generating, measuring, errors)
-is framework-free in ``tlm/api.py``; this module adds HTTP: the body-size limit, the bearer
+is framework-free in ``tlm/service/api.py``; this module adds HTTP: the body-size limit, the bearer
 token (``TLM_SERVE_TOKEN``; every route but ``/healthz``), status codes, OpenAPI.
 
 Generation runs in a worker thread under a lock: one decode at a time per replica, since torch
@@ -24,9 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
-from tlm.api import (MAX_BODY_BYTES, TOKEN_ENV, ApiError, ModelInfo, ModelsResponse, ScheduleRequest,
-                     ScheduleResponse, check_token)
-from tlm.catalog import SHIPPED_MODELS
+from tlm.service.api import (MAX_BODY_BYTES, TOKEN_ENV, ApiError, ModelInfo, ModelsResponse, ScheduleRequest,
+                             ScheduleResponse, check_token)
+from tlm.service.catalog import SHIPPED_MODELS
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,8 @@ class ScheduleServer:
         return await self.get_model(hardware_key)
 
     async def _load(self, hardware_key: str) -> _Loaded:
-        from tlm.catalog import model_for
-        from tlm.model import load_model
+        from tlm.service.catalog import model_for
+        from tlm.model.network import load_model
 
         entry = model_for(hardware_key, self.corpus, root=self.models_root)
         model, tokenizer, _ = await asyncio.to_thread(load_model, entry.path)
@@ -132,7 +132,7 @@ class ScheduleServer:
 
     @app.get("/v1/models", response_model=ModelsResponse)
     async def models(self) -> ModelsResponse:
-        from tlm.catalog import available_models
+        from tlm.service.catalog import available_models
 
         out, seen = [], set()
         for m in available_models(self.corpus, root=self.models_root):
@@ -156,8 +156,8 @@ class ScheduleServer:
         """The response to one request (ApiError for everything the client can fix)."""
         from collectors.hardware import hardware_for_key
         from storage import HARDWARE_KEY_RE
-        from tlm.api import schedule, task_of_request
-        from tlm.catalog import NoModel, model_for
+        from tlm.service.api import schedule, task_of_request
+        from tlm.service.catalog import NoModel, model_for
 
         if not HARDWARE_KEY_RE.match(req.hardware):
             raise ApiError(400, f"hardware {req.hardware!r} is not a hardware key ({HARDWARE_KEY_RE.pattern})")

@@ -18,16 +18,16 @@ import argparse
 import os
 import sys
 
+from cluster.cli.options import UsageError, add_corpus_options, at_least_one, index_url, optional_corpus
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="serve generated schedules over HTTP (Ray Serve)", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    p.add_argument("--corpus", default=os.environ.get("TLM_CORPUS"),
-                   help="corpus directory: its registered models, workload keys, and where measured "
-                        "requests are appended (default: $TLM_CORPUS; none: shipped models only)")
-    p.add_argument("--index-url", default=os.environ.get("TLM_INDEX_URL"), help="SQL index URL of the corpus")
+    add_corpus_options(p, what="corpus: its registered models, workload keys, and where measured requests are "
+                               "appended; without one, the shipped models only")
     p.add_argument("--models", default=None, metavar="DIR", help="shipped-models directory (default: models/)")
     p.add_argument("--no-append", action="store_true", help="do not append measured candidates to the corpus")
     p.add_argument("--replicas", type=int, default=1, help="replicas of the deployment (default 1)")
@@ -36,18 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
-        print(f"error: --port {args.port} is not a port (1-65535)", file=sys.stderr)
-        return 2
-    if args.replicas < 1:
-        print(f"error: --replicas must be >= 1, got {args.replicas}", file=sys.stderr)
-        return 2
-    if args.corpus and "://" not in args.corpus and not os.path.isdir(args.corpus):
-        print(f"error: no corpus at {args.corpus!r}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--port {args.port} is not a port (1-65535)")
+    at_least_one("--replicas", args.replicas)
+    corpus = optional_corpus(args)
     if args.models and not os.path.isdir(args.models):
-        print(f"error: --models {args.models!r} is not a directory", file=sys.stderr)
-        return 2
-    handle = start(host=args.host, port=args.port, corpus=args.corpus, index_url=args.index_url,
+        raise UsageError(f"--models {args.models!r} is not a directory")
+    handle = start(host=args.host, port=args.port, corpus=corpus, index_url=index_url(args),
                    models_root=args.models, append=not args.no_append, replicas=args.replicas)
     del handle
     print(f"serving on http://{args.host}:{args.port} (docs at /docs); Ctrl-C stops", file=sys.stderr)

@@ -21,6 +21,8 @@ import os
 import sys
 from typing import Any, Mapping
 
+from cluster.cli.options import UsageError, add_corpus_options, at_least_one, corpus_root, index_url, user_errors
+
 
 def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of what to collect (both ways of running)."""
@@ -38,8 +40,7 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-mflop", type=float, default=None, metavar="M",
                         help="tune only tasks of at most M million FLOPs (e.g. leave the LM heads to the search "
                              "when collecting random samples); default all")
-    parser.add_argument("--corpus", default="corpus", metavar="DIR", help="corpus root directory (default ./corpus)")
-    parser.add_argument("--index-url", default=None, help="SQL index URL (default: sqlite file in the corpus)")
+    add_corpus_options(parser, what="corpus the records go to (created if new)")
     parser.add_argument("--hardware", default=None, metavar="KEY",
                         help="hardware key to record under (default: derived from this machine)")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
@@ -139,8 +140,8 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
                              **zoo_kwargs_from_args(args))
     summary = run_collection(
         tasks,
-        corpus_root=args.corpus,
-        index_url=args.index_url,
+        corpus_root=corpus_root(args),
+        index_url=index_url(args),
         tune_config=config,
         hardware_keys=hardware_keys_from_args(args),
         hardware=hardware,
@@ -154,33 +155,28 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
     return 0 if summary.status == "done" else 1
 
 
-def usage_error(args: argparse.Namespace) -> str | None:
-    """The one-line complaint about a bad value among the options of what to collect, if any
-    (checked before Ray, TVM or the model are touched)."""
+def check_options(args: argparse.Namespace) -> None:
+    """A bad value among the options of what to collect is a UsageError naming it (checked
+    before Ray, TVM or the model are touched)."""
     from collectors.zoo import MODEL_NAMES
 
     model = str(args.model)
     if model.endswith(".onnx"):
         if not os.path.isfile(model):
-            return f"--model {model!r}: no such ONNX file"
+            raise UsageError(f"--model {model!r}: no such ONNX file")
     elif model not in MODEL_NAMES:
-        return f"unknown model {model!r}; known: {', '.join(MODEL_NAMES)} (or a path to an .onnx file)"
+        raise UsageError(f"unknown model {model!r}; known: {', '.join(MODEL_NAMES)} (or a path to an .onnx file)")
     for flag, value in (("--trials", args.trials), ("--tasks", args.tasks), ("--trials-per-iter", args.trials_per_iter),
                         ("--batch", args.batch), ("--image-size", args.image_size), ("--seq-len", args.seq_len)):
-        if value is not None and value < 1:
-            return f"{flag} must be a whole number >= 1, got {value}"
+        at_least_one(flag, value)
     if args.max_mflop is not None and not args.max_mflop > 0:
-        return f"--max-mflop must be > 0, got {args.max_mflop}"
-    return None
+        raise UsageError(f"--max-mflop must be > 0, got {args.max_mflop}")
 
 
 def run_collect(args: argparse.Namespace) -> int:
     if args.no_ray and args.address:
-        raise SystemExit("error: --no-ray and --address exclude each other")
-    problem = usage_error(args)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        raise UsageError("--no-ray and --address exclude each other")
+    check_options(args)
     if args.strategy == "tlm":
         return run_closed_loop(args)
     if not args.no_ray:
@@ -194,23 +190,17 @@ def run_closed_loop(args: argparse.Namespace) -> int:
     the model is loaded once here, not in every Ray collector."""
     from collectors.hardware import detect_hardware
     from storage import Corpus
-    from tlm.catalog import model_for, resolve_model
-    from tlm.generate import MAX_K, model_tuner, tuner_name
-    from tlm.model import load_model
+    from tlm.model.network import load_model
+    from tlm.service.catalog import model_for, resolve_model
+    from tlm.service.generator import MAX_K, model_tuner, tuner_name
 
     if args.address:
-        raise SystemExit("error: --strategy tlm runs in this process; drop --address")
+        raise UsageError("--strategy tlm runs in this process; drop --address")
     if args.trials > MAX_K:
-        print(f"error: --strategy tlm generates at most {MAX_K} candidates per task, got --trials {args.trials}",
-              file=sys.stderr)
-        return 2
+        raise UsageError(f"--strategy tlm generates at most {MAX_K} candidates per task, got --trials {args.trials}")
     hardware = detect_hardware(args.device, key=args.hardware)
-    with Corpus.open(args.corpus, index_url=args.index_url) as corpus:
-        try:
-            entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hardware.key, corpus)
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+    with Corpus.open(corpus_root(args), index_url=index_url(args)) as corpus, user_errors(ValueError):
+        entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hardware.key, corpus)
     model, tokenizer, _ = load_model(entry.path)
     print(f"closed loop: {entry.model_id} ({entry.source}) writes {args.trials} candidate(s) per task", file=sys.stderr)
     args.tuner_name = tuner_name(entry.model_id)
@@ -223,7 +213,8 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
 
     from rich.console import Console
 
-    from collectors.collect import collect, summary_table
+    from collectors.collect import collect
+    from collectors.progress import summary_table
     from collectors.hardware import detect_hardware
     from storage import Corpus
 
@@ -232,9 +223,9 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
     hardware = detect_hardware(args.device, key=args.hardware)
     config = config_from_args(args)
     zoo_kwargs = zoo_kwargs_from_args(args)
-    corpus = Corpus.open(args.corpus, index_url=args.index_url)
+    corpus = Corpus.open(corpus_root(args), index_url=index_url(args))
     console = Console(stderr=True)
-    console.print(f"collecting {args.model} on {hardware.key} ({hardware.description}) into {args.corpus}")
+    console.print(f"collecting {args.model} on {hardware.key} ({hardware.description}) into {corpus_root(args)}")
     try:
         result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks, max_mflop=args.max_mflop,
                          zoo_kwargs=zoo_kwargs,

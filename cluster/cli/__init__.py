@@ -1,34 +1,38 @@
 """The ``tlm`` command line.
 
-Each subcommand lives in its own module ``cluster/cmd_<name>.py`` that defines
-``register(subparsers)``: it adds its parser and sets ``func`` (called with the parsed
-arguments, returns an exit code). Keeping one module per command lets a reader find a
-command by its name and keeps slow imports (TVM, Ray, torch) out of ``tlm --help``:
-a command module imports heavy libraries inside its ``func``, never at module level.
+Each command lives in its own module here, named after it (``collect.py`` is ``tlm collect``),
+which defines ``register(subparsers)``: it adds its parser and sets ``func`` (called with the
+parsed arguments, returns an exit code). One module per command lets a reader find a command by
+its name and keeps slow imports (TVM, Ray, torch) out of ``tlm --help``: a command module
+imports heavy libraries inside its ``func``, never at module level. What the commands share
+(``--corpus``/``--index-url`` and their environment defaults, :class:`UsageError`) is in
+:mod:`cluster.cli.options`; a :class:`UsageError` is caught here, once.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
-import pkgutil
 import sys
+import traceback
 import warnings
 
-import cluster
+from cluster.cli.options import UsageError
+
+#: The commands, in the order ``tlm --help`` lists them (a module of this package each).
+COMMANDS = ("collect", "corpus", "runs", "dataset", "train", "models", "serve", "compile", "demo", "node_resources")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full parser, with every ``cmd_*`` module's subcommand registered."""
+    """The full parser, with every command's subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="tlm",
         description="tlm-cluster: collect measured schedules, train a tensor language model, serve it.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(cluster.__path__), key=lambda m: m.name):
-        if info.name.startswith("cmd_"):
-            importlib.import_module(f"cluster.{info.name}").register(sub)
+    for name in COMMANDS:
+        importlib.import_module(f"cluster.cli.{name}").register(sub)
     return parser
 
 
@@ -48,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None else 2
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: everything measured so far is kept; run the same command to resume",
               file=sys.stderr)

@@ -3,13 +3,15 @@
 ``build`` writes ``pretrain.parquet`` (valid programs sampled from every task's design space)
 and ``finetune.parquet`` (the fastest measured schedules per task, hardware and sketch), with a
 train/test split that holds out whole models. ``stats`` prints sizes, token-length histograms
-and vocabulary coverage. See ``tlm/dataset.py``.
+and vocabulary coverage. See ``tlm/model/dataset.py``.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+
+from cluster.cli.options import UsageError, add_corpus_options, open_corpus, user_errors
+from collectors.zoo import HELD_OUT_MODELS
 
 
 def register(subparsers) -> None:
@@ -20,12 +22,13 @@ def register(subparsers) -> None:
     )
     sub = p.add_subparsers(dest="dataset_command", metavar="ACTION")
     b = sub.add_parser("build", help="write pretrain.parquet and finetune.parquet")
-    b.add_argument("--corpus", required=True, help="corpus root directory")
-    b.add_argument("--index-url", default=None, help="SQL index URL (default: sqlite in the corpus root)")
+    add_corpus_options(b)
     b.add_argument("--out", required=True, help="output directory (must not hold a dataset yet)")
     b.add_argument("--per-sketch", type=int, default=8, help="sampled programs per sketch (pretraining)")
     b.add_argument("--top-k", type=int, default=4, help="fastest records per task/hardware/sketch (fine-tuning)")
-    b.add_argument("--held-out", default="", help="comma-separated models whose workloads form the test split")
+    b.add_argument("--held-out", default=",".join(HELD_OUT_MODELS),
+                   help="comma-separated models whose workloads form the test split (default: the zoo's held-out "
+                        f"models, {', '.join(HELD_OUT_MODELS)}; 'none' for no test split)")
     b.add_argument("--hardware", default="", help="comma-separated hardware keys (default: all in the corpus)")
     b.add_argument("--seed", type=int, default=0, help="seed of the design-space sampling")
     b.set_defaults(func=run_build)
@@ -43,22 +46,16 @@ def _csv(text: str) -> tuple[str, ...]:
 
 def run_build(args: argparse.Namespace) -> int:
     import collectors.fast_import as fast_import
-    from storage import Corpus
-
-    from tlm.dataset import DatasetConfig, build_datasets
+    from tlm.model.dataset import DatasetConfig, build_datasets
 
     if args.per_sketch < 0 or args.top_k < 0:
-        print(f"--per-sketch and --top-k must be >= 0, got {args.per_sketch} and {args.top_k}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--per-sketch and --top-k must be >= 0, got {args.per_sketch} and {args.top_k}")
+    held_out = () if args.held_out.strip() == "none" else _csv(args.held_out)
     fast_import.install()  # CPU sketches only need the x86 intrinsics; CUDA spaces add theirs
     config = DatasetConfig(pretrain_per_sketch=args.per_sketch, finetune_top_k=args.top_k,
-                           held_out_models=_csv(args.held_out), hardware_keys=_csv(args.hardware), seed=args.seed)
-    with Corpus.open(args.corpus, index_url=args.index_url) as corpus:
-        try:
-            summary = build_datasets(corpus, args.out, config)
-        except FileExistsError as exc:
-            print(str(exc), file=sys.stderr)
-            return 1
+                           held_out_models=held_out, hardware_keys=_csv(args.hardware), seed=args.seed)
+    with open_corpus(args) as corpus, user_errors(FileExistsError):
+        summary = build_datasets(corpus, args.out, config)
     print(f"{summary.pretrain_rows} pretraining and {summary.finetune_rows} fine-tuning sentences "
           f"({summary.tasks} tasks; hardware: {', '.join(summary.hardware) or 'none'}) -> {summary.out_dir}")
     for reason, n in sorted(summary.skipped.items()):
@@ -67,15 +64,12 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    from tlm.dataset import dataset_stats
-    from tlm.tokenizer import build_tokenizer, load_tokenizer
+    from tlm.model.dataset import dataset_stats
+    from tlm.model.tokenizer import build_tokenizer, load_tokenizer
 
-    tok = load_tokenizer(args.tokenizer) if args.tokenizer else build_tokenizer()
-    try:
+    with user_errors(FileNotFoundError):
+        tok = load_tokenizer(args.tokenizer) if args.tokenizer else build_tokenizer()
         stats = dataset_stats(args.dir, tok)
-    except FileNotFoundError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0

@@ -10,37 +10,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
+
+from cluster.cli.options import add_corpus_options, open_corpus, user_errors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("models", help="list the registered TLM models", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", default=os.environ.get("TLM_CORPUS", "corpus"),
-                   help="corpus directory (default: $TLM_CORPUS or ./corpus)")
-    p.add_argument("--index-url", default=os.environ.get("TLM_INDEX_URL"), help="SQL index URL")
+    add_corpus_options(p)
     p.add_argument("--hardware", default=None, metavar="KEY", help="only models of this hardware key")
     p.add_argument("--json", action="store_true", help="print JSON rows")
     p.set_defaults(func=run_models)
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from storage import Corpus, CorpusError
+    from storage.schema import check_hardware_key
 
-    if "://" not in args.corpus and not os.path.isdir(args.corpus):
-        print(f"error: no corpus at {args.corpus!r} (pass --corpus DIR or set TLM_CORPUS)", file=sys.stderr)
-        return 2
-    try:
-        with Corpus.open(args.corpus, index_url=args.index_url) as corpus:
-            if args.hardware:
-                from storage.schema import check_hardware_key
-
-                check_hardware_key(args.hardware)
-            rows = corpus.models(args.hardware)
-    except (CorpusError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if args.hardware:
+        with user_errors(ValueError):
+            check_hardware_key(args.hardware)
+    with open_corpus(args) as corpus:
+        rows = corpus.models(args.hardware)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0

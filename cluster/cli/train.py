@@ -18,11 +18,13 @@ import logging
 import os
 import sys
 
+from cluster.cli.options import add_corpus_options, corpus_root, index_url, user_errors
+
 log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from tlm.train import STAGES, WEIGHTINGS, TrainConfig
+    from tlm.model.train import STAGES, WEIGHTINGS, TrainConfig
 
     d = TrainConfig()
     p = subparsers.add_parser("train", help="pretrain or fine-tune the TLM (Ray Train)", description=__doc__,
@@ -32,9 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default=d.preset, help="model shape: tiny, small (default) or base")
     p.add_argument("--hardware", default=None, metavar="KEY", help="finetune: the hardware key to learn")
     p.add_argument("--base", default=None, help="finetune: registered model id, 'shipped', or a model directory")
-    p.add_argument("--corpus", default=os.environ.get("TLM_CORPUS", "corpus"),
-                   help="corpus whose index registers the model (default: $TLM_CORPUS or ./corpus)")
-    p.add_argument("--index-url", default=os.environ.get("TLM_INDEX_URL"), help="SQL index URL of that corpus")
+    add_corpus_options(p, what="corpus whose index registers the model")
     p.add_argument("--no-register", action="store_true", help="do not register the model in the index")
     p.add_argument("--out", default="models", help="where finished models go (default ./models)")
     p.add_argument("--name", default=None, help="run name = model id; the same name resumes a stopped run")
@@ -56,33 +56,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from cluster.train_job import run_training
     from storage import CorpusError
 
-    try:
+    with user_errors(ValueError, CorpusError):
         cfg, job = _config(args)
-    except (ValueError, CorpusError) as exc:
-        if args.verbose:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    from cluster.train_job import run_training
 
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     print(f"training run {job.name or '(new)'}: stage {cfg.stage}, {job.workers} worker(s); "
           "rerun with the same --name to resume", file=sys.stderr)
     evaluate = None
     if args.quality_tasks > 0 and job.hardware_key:
-        from cluster.quality import greedy_quality
+        from cluster.train_job import data_file
+        from tlm.model.dataset import built_with
+        from tlm.service.evaluate import greedy_quality
 
-        evaluate = greedy_quality(args.corpus, job.hardware_key, _held_out(args.dataset), tasks=args.quality_tasks,
-                                  index_url=args.index_url)
-    try:
+        held_out = built_with(data_file(args.dataset, cfg.stage)).held_out_models
+        evaluate = greedy_quality(corpus_root(args), job.hardware_key, held_out, tasks=args.quality_tasks,
+                                  index_url=index_url(args))
+    with user_errors(ValueError, FileNotFoundError, FileExistsError):
         result = run_training(cfg, job, evaluate=evaluate)
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
-        if args.verbose:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     print(json.dumps({"model_id": result.model_id, "path": result.path, "wall_s": round(result.wall_s, 1),
                       "metrics": result.metrics}, indent=2, default=str))
     return 0
@@ -91,9 +84,10 @@ def run_train(args: argparse.Namespace) -> int:
 def _config(args: argparse.Namespace):
     """The TrainConfig and TrainJob the options describe; ValueError names a bad option."""
     from cluster.train_job import TrainJob, data_file
-    from tlm.catalog import resolve_model
-    from tlm.model import PRESETS
-    from tlm.train import TrainConfig
+    from storage import Corpus
+    from tlm.model.network import PRESETS
+    from tlm.model.train import TrainConfig
+    from tlm.service.catalog import resolve_model
 
     if args.preset not in PRESETS:
         raise ValueError(f"unknown --preset {args.preset!r}; known: {', '.join(PRESETS)}")
@@ -119,7 +113,8 @@ def _config(args: argparse.Namespace):
     base_path = base_id = None
     register = not args.no_register
     if finetune:
-        corpus = _open_corpus(args) if os.path.isdir(args.corpus) or "://" in args.corpus else None
+        root = corpus_root(args)  # the base may be a model registered there; a new corpus has none
+        corpus = Corpus.open(root, index_url=index_url(args)) if os.path.isdir(root) or "://" in root else None
         try:
             base = resolve_model(args.base, corpus)
             base_path, base_id = base.path, base.model_id
@@ -128,22 +123,6 @@ def _config(args: argparse.Namespace):
                 corpus.close()
     job = TrainJob(dataset_dir=args.dataset, out_dir=args.out, name=args.name, workers=args.workers, gpu=args.gpu,
                    hardware_key=args.hardware if finetune else None, base_path=base_path, base_model_id=base_id,
-                   corpus=args.corpus if register else None, index_url=args.index_url,
+                   corpus=corpus_root(args) if register else None, index_url=index_url(args),
                    max_failures=args.max_failures, address=args.address)
     return cfg, job
-
-
-def _held_out(dataset_dir: str) -> tuple[str, ...]:
-    """The held-out models the dataset was built with (its Parquet metadata)."""
-    import pyarrow.parquet as pq
-
-    from tlm.dataset import FINETUNE_FILE
-
-    meta = pq.read_schema(os.path.join(dataset_dir, FINETUNE_FILE)).metadata or {}
-    return tuple(json.loads(meta.get(b"tlm.dataset_config", b"{}")).get("held_out_models", ()))
-
-
-def _open_corpus(args: argparse.Namespace):
-    from storage import Corpus
-
-    return Corpus.open(args.corpus, index_url=args.index_url)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from cluster.cli.options import add_corpus_options, corpus_root, open_corpus
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -15,24 +17,21 @@ def register(subparsers) -> None:
         help="list collection runs recorded in the corpus index",
         description="List runs (status, tasks done/failed, records, time) from the corpus index.",
     )
-    p.add_argument("--corpus", required=True, help="corpus root directory")
-    p.add_argument("--index-url", default=None, help="SQL index URL (default: sqlite in the corpus root)")
+    add_corpus_options(p)
     p.add_argument("--kind", default=None, help="only runs of this kind (e.g. collect)")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from storage import Corpus
-
-    corpus = Corpus.open(args.corpus, index_url=args.index_url)
-    rows = corpus.run_summaries(kind=args.kind)
+    with open_corpus(args) as corpus:
+        rows = corpus.run_summaries(kind=args.kind)
     if args.json:
         for r in rows:
             print(json.dumps(r))
         return 0
     if not rows:
-        print(f"no runs in {args.corpus}")
+        print(f"no runs in {corpus_root(args)}")
         return 0
     head = f"{'run':12} {'kind':8} {'status':12} {'done':>5} {'failed':>6} {'records':>8} {'started (UTC)':20} {'secs':>8}  hardware"
     print(head)

@@ -7,7 +7,7 @@
     tlm corpus export-ms  OUT_DIR --hardware-key KEY [--all] [--workload KEY ...] [--overwrite]
 
 ``--corpus`` defaults to ``$TLM_CORPUS`` or ``./corpus``; ``--index-url`` to ``$TLM_INDEX_URL`` or
-the SQLite file inside the corpus. Bad input (wrong URL, bad hardware key, a directory that is
+the SQLite file inside the corpus (:mod:`cluster.cli.options`). Bad input (wrong URL, bad hardware key, a directory that is
 not a MetaSchedule database) prints one ``error:`` line and exits 2. ``verify`` and ``reindex``
 need the collection to be stopped (they may move or rewrite parts).
 """
@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
+
+from cluster.cli.options import add_corpus_options, open_corpus, user_errors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``tlm corpus`` and its subcommands."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--corpus", default=os.environ.get("TLM_CORPUS", "corpus"),
-                        help="corpus directory (default: $TLM_CORPUS or ./corpus)")
-    common.add_argument("--index-url", default=os.environ.get("TLM_INDEX_URL"),
-                        help="SQLAlchemy URL of the index (default: $TLM_INDEX_URL or sqlite in the corpus)")
+    add_corpus_options(common)
 
     p = subparsers.add_parser("corpus", help="inspect, check and move the corpus of measured schedules",
                               description=__doc__.split("\n\n")[0])
@@ -56,30 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.set_defaults(func=_export_ms)
 
 
-def _open(args: argparse.Namespace, *, create: bool = False):
-    """The corpus named by the arguments; only ``import-ms`` may create a new one."""
-    from storage import Corpus, CorpusError
-
-    if not create and "://" not in args.corpus and not os.path.isdir(args.corpus):
-        raise CorpusError(f"no corpus at {args.corpus!r} (pass --corpus DIR or set TLM_CORPUS)")
-    return Corpus.open(args.corpus, index_url=args.index_url)
-
-
-def _guard(fn):
-    """Turn the storage layer's input errors into one ``error:`` line and exit code 2."""
-
-    def run(args: argparse.Namespace) -> int:
-        from storage import CorpusError
-
-        try:
-            return fn(args)
-        except (CorpusError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-
-    return run
-
-
 def _human_bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -88,9 +62,8 @@ def _human_bytes(n: int) -> str:
     return str(n)
 
 
-@_guard
 def _stats(args: argparse.Namespace) -> int:
-    with _open(args) as c:
+    with open_corpus(args) as c:
         st = c.stats()
     if args.json:
         print(json.dumps(st, indent=2, sort_keys=True))
@@ -114,9 +87,8 @@ def _stats(args: argparse.Namespace) -> int:
 def _print_report(action: str):
     """A command that runs ``Corpus.<action>()`` and prints its report (exit 1 on problems)."""
 
-    @_guard
     def run(args: argparse.Namespace) -> int:
-        with _open(args) as c:
+        with open_corpus(args) as c:
             report = getattr(c, action)()
         for line in report.lines():
             print(line)
@@ -129,11 +101,11 @@ _verify = _print_report("verify")
 _reindex = _print_report("reindex")
 
 
-@_guard
 def _import_ms(args: argparse.Namespace) -> int:
     from collectors.ms_database import import_ms
+    from storage import CorpusError
 
-    with _open(args, create=True) as c:
+    with open_corpus(args, create=True) as c, user_errors(CorpusError, ValueError):
         rep = import_ms(c, args.ms_dir, hardware_key=args.hardware_key)
     print(f"read {rep.records} record(s) of {len(rep.workloads)} workload(s) for {', '.join(rep.hardware_keys) or '-'}: "
           f"{rep.stored} new, {rep.records - rep.stored} already stored, {rep.errors} failed measurement(s)")
@@ -142,11 +114,11 @@ def _import_ms(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guard
 def _export_ms(args: argparse.Namespace) -> int:
     from collectors.ms_database import export_ms
+    from storage import CorpusError
 
-    with _open(args) as c:
+    with open_corpus(args) as c, user_errors(CorpusError, ValueError):
         rep = export_ms(c, args.out_dir, hardware_key=args.hardware_key, best_only=not args.all,
                         workload_keys=args.workload, overwrite=args.overwrite)
     print(f"wrote {rep.records} record(s) of {rep.workloads} workload(s) to {rep.directory}")

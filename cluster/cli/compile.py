@@ -25,6 +25,9 @@ import sys
 import time
 from typing import Any
 
+from cluster.cli.options import (UsageError, add_corpus_options, corpus_named, corpus_root, index_url, optional_corpus,
+                                 user_errors)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compile", help="compile a whole model with generated schedules",
@@ -38,9 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tlm-model", default=None, metavar="ID|DIR", help="the model (default: the hardware's)")
     p.add_argument("--endpoint", default=None, metavar="URL", help="ask a running `tlm serve` instead of loading a model")
     p.add_argument("--out", default=None, metavar="FILE.so", help="write the compiled library here")
-    p.add_argument("--corpus", default=None, metavar="DIR",
-                   help="registered models; with --top-k > 1, where the measured candidates are appended")
-    p.add_argument("--index-url", default=None, help="SQL index URL of the corpus")
+    add_corpus_options(p, what="corpus: its registered models and hardware; with --top-k > 1, where the measured "
+                               "candidates are appended; used when it exists")
     p.add_argument("--small", action="store_true", help="the zoo's tiny variant")
     p.add_argument("--image-size", type=int, default=None, help="CNN image side (default 224)")
     p.add_argument("--seq-len", type=int, default=None, help="transformer sequence length (default 128)")
@@ -49,10 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also build with the best record per task in --corpus (MetaSchedule's search) and time it")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run_compile)
-
-
-class UsageError(ValueError):
-    """A bad option (exit code 2)."""
 
 
 def load_factory(spec: str) -> tuple[Any, tuple]:
@@ -73,97 +71,50 @@ def load_factory(spec: str) -> tuple[Any, tuple]:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    try:
+    with user_errors(ValueError):
         report = compile_with_tlm(args)
-    except (UsageError, ValueError) as exc:
-        if args.verbose:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     return 0 if report["correct"] else 1
 
 
 def compile_with_tlm(args: argparse.Namespace) -> dict:
-    """The whole command (the report as a dict); ValueError for the user's mistakes."""
-    import numpy as np
+    """The whole command (the report as a dict): the model's tasks, their schedules, the build,
+    its check against PyTorch and the timings. UsageError (or ValueError) for the user's mistakes."""
+    import logging
+
     from rich.console import Console
 
-    from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
-    from collectors.hardware import NotRunnableHere, check_runs_here, detect_hardware
     from collectors.tasks import extract_tasks, import_relax
-    from collectors.zoo import MODEL_NAMES, build_model
-    from tlm.generate import MAX_K
-    from tlm.whole_model import database_of, schedule_tasks
-
-    import logging
+    from tlm.service.whole_model import database_of
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # --endpoint: a line per request otherwise
     console = Console(stderr=True)
-    if not 1 <= args.top_k <= MAX_K:
-        raise UsageError(f"--top-k must be between 1 and {MAX_K}, got {args.top_k}")
-    if args.model is not None and args.model not in MODEL_NAMES:
-        raise UsageError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)} (or --module PKG.MOD:FACTORY)")
-    hw = detect_hardware() if args.hardware is None else _hardware(args)
-    try:
-        check_runs_here(hw)  # the model is run and timed here: refuse another machine's code up front
-    except NotRunnableHere as exc:
-        raise UsageError(f"--hardware {hw.key}: {exc}") from None
+    _check_options(args)
+    hw = _hardware(args)
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    if args.model is not None:
-        module, example = build_model(args.model, small=args.small, image_size=args.image_size,
-                                      seq_len=args.seq_len or (None if args.small else 128))
-        name = args.model
-    else:
-        module, example = load_factory(args.module)
-        name = args.module
+    module, example, name = _user_model(args)
     relax_mod = import_relax(module, example)
     tasks = extract_tasks((module, example), hw, model_name=name, relax_mod=relax_mod)
     times["extract_s"] = time.perf_counter() - t0
     console.print(f"{name}: {len(tasks)} tasks on {hw.key}")
 
-    corpus = _open_corpus(args)
-    try:
-        source, model_id = _source(args, hw, corpus)
-        on_records = corpus.append if corpus is not None and args.top_k > 1 else None
-        if on_records is not None:
-            from collectors.tasks import register_tasks
-
-            corpus.register_hardware(hw.key, target=hw.target, description=hw.description)
-            register_tasks(corpus, tasks)
-        with _bar(console, len(tasks)) as advance:
-            chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance)
-    finally:
-        if corpus is not None:
-            corpus.close()
+    chosen, model_id = _schedule(args, hw, tasks, console)
     times["generate_s"] = sum(c.generate_s for c in chosen)
     times["measure_s"] = sum(c.measure_s for c in chosen)
-
     t1 = time.perf_counter()
+    from collectors.compile import compile_model
+
     tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
     times["build_s"] = time.perf_counter() - t1
     times["total_s"] = time.perf_counter() - t0
     if args.out:
         tuned.export_library(args.out)
         console.print(f"wrote {args.out}")
-
-    got, want = run_model(tuned, example, hw), torch_output(module, example)
-    err = float(np.max(np.abs(got - want)))
-    correct = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+    err, correct = _check_against_torch(tuned, module, example, hw)
     console.print("timing: TLM build, untuned build, PyTorch eager" + ("" if args.no_torch_compile else ", torch.compile"))
-    lat = {"tlm_s": time_model(tuned, example, hw)}
-    t2 = time.perf_counter()
-    untuned = compile_model(relax_mod, hw)
-    times["untuned_build_s"] = time.perf_counter() - t2
-    lat["untuned_s"] = time_model(untuned, example, hw)
-    lat["torch_eager_s"] = time_torch(module, example, threads=hw.cores)
-    if not args.no_torch_compile:
-        lat["torch_compile_s"], times["torch_compile_s"] = _time_torch_compile(module, example, hw.cores)
-    if args.corpus_best:
-        lat["corpus_best_s"], times["corpus_best_build_s"], times["corpus_best_tasks"] = \
-            _time_corpus_best(args, hw, relax_mod, example)
+    lat = _latencies(args, hw, tuned, relax_mod, module, example, times)
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
@@ -177,39 +128,128 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     return report
 
 
-def _hardware(args: argparse.Namespace) -> Any:
-    """The Hardware ``--hardware`` names: its target from the corpus index when there is one,
-    else rebuilt from the key (``collectors.hardware.hardware_for_key``)."""
-    from collectors.hardware import hardware_for_key
+def _check_options(args: argparse.Namespace) -> None:
+    """The values the options name, checked before anything slow runs."""
+    from collectors.zoo import MODEL_NAMES
+    from tlm.service.generator import MAX_K
 
-    info = None
-    if args.corpus and ("://" in args.corpus or os.path.isdir(args.corpus)):
+    if not 1 <= args.top_k <= MAX_K:
+        raise UsageError(f"--top-k must be between 1 and {MAX_K}, got {args.top_k}")
+    if args.model is not None and args.model not in MODEL_NAMES:
+        raise UsageError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)} (or --module PKG.MOD:FACTORY)")
+    if args.endpoint and args.tlm_model:
+        raise UsageError("--endpoint and --tlm-model exclude each other (the server picks its model)")
+    if args.corpus_best and _corpus(args) is None:
+        raise UsageError("--corpus-best needs a corpus (--corpus DIR or $TLM_CORPUS)")
+
+
+def _user_model(args: argparse.Namespace) -> tuple[Any, tuple, str]:
+    """``(torch module, example args, name)`` of ``--model`` (the zoo) or ``--module``."""
+    from collectors.zoo import build_model
+
+    if args.model is not None:
+        module, example = build_model(args.model, small=args.small, image_size=args.image_size,
+                                      seq_len=args.seq_len or (None if args.small else 128))
+        return module, example, args.model
+    module, example = load_factory(args.module)
+    return module, example, args.module
+
+
+def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any) -> tuple[list, str]:
+    """Every task's schedule from the source the options name, with a progress bar; with
+    ``--top-k`` > 1 and a corpus, the measured candidates are appended to it."""
+    from tlm.service.whole_model import schedule_tasks
+
+    root = _corpus(args)
+    corpus = None
+    if root is not None:
         from storage import Corpus
 
-        with Corpus.open(args.corpus, index_url=args.index_url) as corpus:
-            info = corpus.hardware_info(args.hardware)
-    return hardware_for_key(args.hardware, info)
+        corpus = Corpus.open(root, index_url=index_url(args))
+    try:
+        source, model_id = _source(args, hw, corpus)
+        on_records = corpus.append if corpus is not None and args.top_k > 1 else None
+        if on_records is not None:
+            from collectors.tasks import register_tasks
+
+            corpus.register_hardware(hw.key, target=hw.target, description=hw.description)
+            register_tasks(corpus, tasks)
+        with _bar(console, len(tasks)) as advance:
+            chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance)
+    finally:
+        if corpus is not None:
+            corpus.close()
+    return chosen, model_id
 
 
-def _open_corpus(args: argparse.Namespace) -> Any:
-    if not args.corpus:
-        return None
-    from storage import Corpus
+def _check_against_torch(built: Any, module: Any, example: tuple, hw: Any) -> tuple[float, bool]:
+    """``(max abs error, correct)`` of the built model's output against PyTorch's on the example."""
+    import numpy as np
 
-    if "://" not in args.corpus and not os.path.isdir(args.corpus) and args.top_k == 1:
-        raise UsageError(f"no corpus at {args.corpus!r}")
-    return Corpus.open(args.corpus, index_url=args.index_url)
+    from collectors.compile import run_model, torch_output
+
+    got, want = run_model(built, example, hw), torch_output(module, example)
+    return float(np.max(np.abs(got - want))), bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+
+
+def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, module: Any, example: tuple,
+               times: dict[str, float]) -> dict[str, float]:
+    """The TLM build's latency beside the untuned build's, PyTorch eager's, and (when asked)
+    ``torch.compile``'s and the corpus best's; their build times go into ``times``."""
+    from collectors.compile import compile_model, time_model, time_torch
+
+    lat = {"tlm_s": time_model(tuned, example, hw)}
+    t2 = time.perf_counter()
+    untuned = compile_model(relax_mod, hw)
+    times["untuned_build_s"] = time.perf_counter() - t2
+    lat["untuned_s"] = time_model(untuned, example, hw)
+    lat["torch_eager_s"] = time_torch(module, example, threads=hw.cores)
+    if not args.no_torch_compile:
+        lat["torch_compile_s"], times["torch_compile_s"] = _time_torch_compile(module, example, hw.cores)
+    if args.corpus_best:
+        lat["corpus_best_s"], times["corpus_best_build_s"], times["corpus_best_tasks"] = \
+            _time_corpus_best(args, hw, relax_mod, example)
+    return lat
+
+
+def _corpus(args: argparse.Namespace) -> str | None:
+    """The corpus this compile reads (and, with ``--top-k`` > 1, appends to): a named one is
+    created when new only then; the default ``./corpus`` is used when it exists."""
+    if corpus_named(args) and args.top_k > 1:
+        return corpus_root(args)
+    return optional_corpus(args)
+
+
+def _hardware(args: argparse.Namespace) -> Any:
+    """The Hardware ``--hardware`` names (default: this machine's), which must run here (the model
+    is run and timed): its target from the corpus index when it has the key, else rebuilt from
+    the key (``collectors.hardware.hardware_for_key``)."""
+    from collectors.hardware import NotRunnableHere, check_runs_here, detect_hardware, hardware_for_key
+
+    if args.hardware is None:
+        hw = detect_hardware()
+    else:
+        info, root = None, _corpus(args)
+        if root is not None:
+            from storage import Corpus
+
+            with Corpus.open(root, index_url=index_url(args)) as corpus:
+                info = corpus.hardware_info(args.hardware)
+        hw = hardware_for_key(args.hardware, info)
+    try:
+        check_runs_here(hw)  # refuse another machine's code before anything runs
+    except NotRunnableHere as exc:
+        raise UsageError(f"--hardware {hw.key}: {exc}") from None
+    return hw
 
 
 def _source(args: argparse.Namespace, hw: Any, corpus: Any) -> tuple[Any, str]:
     """The schedule source the options ask for and the model id it names (or the endpoint)."""
-    from tlm.catalog import model_for, resolve_model
-    from tlm.model import load_model
-    from tlm.whole_model import endpoint_source, local_source
+    from tlm.service.catalog import model_for, resolve_model
+    from tlm.model.network import load_model
+    from tlm.service.whole_model import endpoint_source, local_source
 
     if args.endpoint:
-        if args.tlm_model:
-            raise UsageError("--endpoint and --tlm-model exclude each other (the server picks its model)")
         return endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN")), f"endpoint {args.endpoint}"
     entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hw.key, corpus)
     model, tokenizer, _ = load_model(entry.path)
@@ -250,9 +290,7 @@ def _time_corpus_best(args: argparse.Namespace, hw: Any, relax_mod: Any, example
     from collectors.ms_database import export_ms
     from storage import Corpus
 
-    if not args.corpus:
-        raise UsageError("--corpus-best needs --corpus DIR")
-    with tempfile.TemporaryDirectory() as d, Corpus.open(args.corpus, index_url=args.index_url) as corpus:
+    with tempfile.TemporaryDirectory() as d, Corpus.open(_corpus(args), index_url=index_url(args)) as corpus:
         rep = export_ms(corpus, d, hardware_key=hw.key, best_only=True)
         t0 = time.perf_counter()
         built = compile_model(relax_mod, hw, ms.database.JSONDatabase(work_dir=d))

@@ -37,6 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cluster.cli.options import UsageError, at_least_one
+from collectors.zoo import HELD_OUT_MODELS
+
 #: ``--quick`` / default budgets: collected tasks, trials, fine-tune steps, k, judged tasks
 QUICK = {"tasks": 2, "trials": 8, "steps": 6, "k": 2, "judge_tasks": 1}
 FULL = {"tasks": 6, "trials": 32, "steps": 80, "k": 8, "judge_tasks": 4}
@@ -48,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", default="work/demo", help="where the corpus, models and report go (default work/demo)")
     p.add_argument("--quick", action="store_true", help="every budget shrunk (about 2.5 minutes; what CI runs)")
     p.add_argument("--collect-model", default="resnet50", help="zoo model the fresh corpus is collected from")
-    p.add_argument("--held-out", default="mobilenetv2", help="zoo model absent from the corpus: served and compiled")
+    p.add_argument("--held-out", default=HELD_OUT_MODELS[0],
+                   help=f"zoo model absent from the corpus: served and compiled (default {HELD_OUT_MODELS[0]})")
     p.add_argument("--tasks", type=int, default=None, help=f"tasks collected (default {FULL['tasks']}, quick {QUICK['tasks']})")
     p.add_argument("--trials", type=int, default=None, help=f"trials per collected task (default {FULL['trials']})")
     p.add_argument("--steps", type=int, default=None, help=f"fine-tuning steps (default {FULL['steps']})")
@@ -67,26 +71,19 @@ def _budgets(args: argparse.Namespace) -> dict:
     base = QUICK if args.quick else FULL
     out = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in base.items()}
     for k, v in out.items():
-        if v < 1:
-            raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
+        at_least_one(f"--{k.replace('_', '-')}", v)
     return out
 
 
 def run_demo(args: argparse.Namespace) -> int:
     from collectors.zoo import MODEL_NAMES
 
-    try:
-        b = _budgets(args)
-        for name in (args.collect_model, args.held_out):
-            if name not in MODEL_NAMES:
-                raise ValueError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
-        if args.collect_model == args.held_out:
-            raise ValueError("--held-out must differ from --collect-model (it is the model the TLM never saw)")
-    except ValueError as exc:
-        if args.verbose:
-            raise
-        print(f"error: {exc}", flush=True)
-        return 2
+    b = _budgets(args)
+    for flag, name in (("--collect-model", args.collect_model), ("--held-out", args.held_out)):
+        if name not in MODEL_NAMES:
+            raise UsageError(f"{flag}: unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
+    if args.collect_model == args.held_out:
+        raise UsageError("--held-out must differ from --collect-model (it is the model the TLM never saw)")
     import ray
 
     from cluster.ray_session import connect
@@ -143,7 +140,7 @@ def _demo(args: argparse.Namespace, b: dict) -> int:
     _step(4, "start the schedule server")
     from ray import serve
 
-    from cluster.cmd_serve import start
+    from cluster.cli.serve import start
 
     port = _free_port()
     t0 = time.perf_counter()
@@ -172,9 +169,9 @@ def _demo(args: argparse.Namespace, b: dict) -> int:
 
 def _base_model(hw: Any) -> tuple[Any, str]:
     """The shipped pretrained model when its vocabulary covers this machine's prompt words."""
-    from tlm.catalog import NoModel, pretrained_model
+    from tlm.service.catalog import NoModel, pretrained_model
     from tlm.language import hardware_tokens
-    from tlm.tokenizer import load_tokenizer
+    from tlm.model.tokenizer import load_tokenizer
 
     try:
         entry = pretrained_model()
@@ -191,8 +188,8 @@ def _base_model(hw: Any) -> tuple[Any, str]:
 def _train(corpus_dir: Path, work: Path, hw: Any, base: Any, steps: int, seed: int) -> str:
     from cluster.train_job import TrainJob, run_training
     from storage import Corpus
-    from tlm.dataset import DatasetConfig, build_datasets
-    from tlm.train import TrainConfig
+    from tlm.model.dataset import DatasetConfig, build_datasets
+    from tlm.model.train import TrainConfig
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with Corpus.open(str(corpus_dir)) as corpus:  # a new set per run: the corpus may have grown
@@ -234,8 +231,8 @@ def _judge_tasks(url: str, hw: Any, tasks: list, k: int) -> list[dict]:
     from rich.progress import Progress
 
     from collectors.judge import Method, judge, rules_method, search_methods
-    from tlm.api import ScheduleClient
-    from tlm.whole_model import schedule_of
+    from tlm.service.client import ScheduleClient
+    from tlm.service.whole_model import schedule_of
 
     client = ScheduleClient(url)
     client.schedules(tasks[0].tvmscript, hw.key)  # loads the model: not part of any task's time
@@ -285,7 +282,7 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list) -> dict:
     from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
     from collectors.tasks import import_relax
     from collectors.zoo import build_model
-    from tlm.whole_model import database_of, endpoint_source, schedule_tasks
+    from tlm.service.whole_model import database_of, endpoint_source, schedule_tasks
 
     module, example = build_model(model, **zoo)
     relax_mod = import_relax(module, example)
