@@ -2,7 +2,7 @@
 
 TVM's ``LocalBuilder`` starts a fresh process pool for every ``build()`` call (one batch), and
 every fresh worker pays its imports again: ~1-2 s per batch with the light tensor intrinsics,
-~16 s without them (FACTS-tvm-ray.md). Its artifacts are ``.tar`` files that the *runner* then
+~16 s without them (docs/STACK.md). Its artifacts are ``.tar`` files that the *runner* then
 links with the system C compiler, serially, inside the exclusive measurement slot.
 
 :class:`PoolBuilder` is the same builder through MetaSchedule's own extension point
@@ -15,13 +15,13 @@ other builds and the runner only ``dlopen``s. A failed or timed-out build is a
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
 import tempfile
-import threading
 from typing import Any, Callable
+
+from collectors.pools import PoolRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +45,8 @@ def build_one(mod: Any, target: Any, out_dir: str) -> str:
 
 
 class _Pool:
-    """One PopenPoolExecutor per (workers, timeout, initializer), shared by every builder made
-    with those settings in this process, shut down at exit (no worker is left behind)."""
-
-    _lock = threading.Lock()
-    _pools: dict[tuple, "_Pool"] = {}
+    """One PopenPoolExecutor and its artifact directory, shared by every builder made with the
+    same settings in this process (:data:`_POOLS`)."""
 
     def __init__(self, workers: int, timeout_s: float, initializer: Callable[[], None] | None) -> None:
         from tvm.support.popen_pool import PopenPoolExecutor
@@ -58,31 +55,17 @@ class _Pool:
                                           maximum_process_uses=MAX_USES)
         self.out_dir = tempfile.mkdtemp(prefix="tlm-build-")
 
-    @classmethod
-    def get(cls, workers: int, timeout_s: float, initializer: Callable[[], None] | None) -> "_Pool":
-        key = (workers, float(timeout_s), initializer)
-        with cls._lock:
-            pool = cls._pools.get(key)
-            if pool is None:
-                pool = cls._pools[key] = cls(workers, timeout_s, initializer)
-                logger.debug("started a builder pool of %d worker(s)", workers)
-            return pool
+    def stop(self) -> None:
+        self.executor.shutdown(wait=True)
+        shutil.rmtree(self.out_dir, ignore_errors=True)
 
-    @classmethod
-    def shutdown_all(cls) -> None:
-        with cls._lock:
-            pools, cls._pools = list(cls._pools.values()), {}
-        for pool in pools:
-            pool.executor.shutdown(wait=True)
-            shutil.rmtree(pool.out_dir, ignore_errors=True)
+
+_POOLS: PoolRegistry[_Pool] = PoolRegistry("builder", _Pool, _Pool.stop)
 
 
 def shutdown_builders() -> None:
     """Stop every builder worker of this process (also done at interpreter exit)."""
-    _Pool.shutdown_all()
-
-
-atexit.register(shutdown_builders)
+    _POOLS.shutdown()
 
 
 def make_pool_builder(*, max_workers: int, timeout_s: float = 30.0,
@@ -102,7 +85,7 @@ def make_pool_builder(*, max_workers: int, timeout_s: float = 30.0,
             self.timeout_s = timeout_s
 
         def build(self, build_inputs: list) -> list:
-            pool = _Pool.get(max_workers, timeout_s, initializer)
+            pool = _POOLS.get(max_workers, float(timeout_s), initializer)
             results = []
             jobs = [(b.mod, b.target, pool.out_dir) for b in build_inputs]
             for res in pool.executor.map_with_error_catching(lambda job: build_one(*job), jobs):

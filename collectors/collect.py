@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 from collectors.hardware import Hardware, check_runs_here
 from collectors.tasks import Task, extract_tasks, register_tasks, select_tasks
 from collectors.tuner import TuneConfig, TuneSummary, tune_task
+from collectors.progress import CollectionProgress
 from storage import Record
 
 logger = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any =
     run_id = corpus.start_run("collect", params)
     result = CollectionSummary(run_id, "failed", tuner=config.tuner_name, trials=config.trials,
                                hardware_keys=[hardware.key])
-    bar = _Progress(len(tasks), hardware.key, enabled=show_progress)
+    bar = CollectionProgress(len(tasks), hardware.key, enabled=show_progress)
     try:
         with bar:
             for task in tasks:
@@ -218,84 +219,3 @@ def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any =
         result.wall_s = time.perf_counter() - t0
         corpus.finish_run(run_id, result.status)
     return result
-
-
-class _Progress:
-    """A rich progress bar: tasks done, records stored, best latency so far (of this task)."""
-
-    def __init__(self, total: int, hardware_key: str, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.total = total
-        self.hardware_key = hardware_key
-        self.n_records = 0
-        self._done_records = 0  # records of finished units
-        self.best: float | None = None
-        self._new_task = False
-        self._progress = None
-
-    def __enter__(self) -> "_Progress":
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=False,
-            )
-            self._progress.__enter__()
-            self._id = self._progress.add_task(f"tasks on {self.hardware_key}", total=self.total, info="")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
-
-    def _refresh(self, extra: str = "") -> None:
-        if self._progress is None:
-            return
-        best = f"{self.best * 1e6:.1f} us" if self.best is not None else "-"
-        self._progress.update(self._id, info=f"records {self.n_records}  best(task) {best}  {extra}")
-
-    def records(self, outcome: UnitOutcome, batch: list) -> None:
-        if self._new_task:
-            self.best, self._new_task = None, False
-        self.n_records = self._done_records + outcome.records
-        for r in batch:
-            if r.latency_s is not None and (self.best is None or r.latency_s < self.best):
-                self.best = r.latency_s
-        self._refresh()
-
-    def trials(self, done: int, total: int, best: float | None) -> None:
-        self._refresh(f"trials {done}/{total}")
-
-    def task_done(self, outcome: UnitOutcome) -> None:
-        self._done_records += outcome.records
-        self.n_records = self._done_records
-        self._new_task = True  # keep showing the finished task's best until the next one measures
-        if self._progress is not None:
-            self._progress.advance(self._id)
-        self._refresh()
-
-
-def summary_table(result: CollectionSummary) -> Any:
-    """A rich Table of the run: one row per unit, totals in the caption."""
-    from rich.table import Table
-
-    keys = ",".join(result.hardware_keys)
-    table = Table(title=f"collection {result.run_id[:8]} on {keys} "
-                        f"({result.tuner}, {result.trials} trials): {result.status}")
-    for col in ("task", "weight", "MFLOP", "status", "records", "errors", "best (us)", "GFLOP/s", "time (s)"):
-        table.add_column(col, justify="left" if col in ("task", "status") else "right")
-    for o in result.outcomes:
-        best = o.best_latency_s
-        gflops = (o.flops / best / 1e9) if best and o.flops else None
-        ran = o.status not in ("skipped", "unplaceable")
-        table.add_row(
-            o.task_name, str(o.weight), f"{o.flops / 1e6:.2f}",
-            o.status if not o.error else f"{o.status}: {o.error[:40]}",
-            str(o.records), str(o.errors) if ran else "-",
-            f"{best * 1e6:.1f}" if best else "-", f"{gflops:.1f}" if gflops else "-",
-            f"{o.elapsed_s:.1f}" if ran else "-",
-        )
-    table.caption = (f"{result.count('done')} tuned, {result.count('skipped')} skipped (done before), "
-                     f"{result.count('failed')} failed, {result.records} records stored, {result.wall_s:.0f} s")
-    return table

@@ -98,10 +98,9 @@ def import_ms(
     run_id: str | None = None,
     node: str | None = None,
 ) -> ImportReport:
-    """Import a MetaSchedule JSON database directory into ``corpus`` (idempotent)."""
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
+    """Import a MetaSchedule JSON database directory into ``corpus`` (idempotent): its workloads
+    (:func:`_import_workloads`), then its tuning records in batches (:func:`_record_of`), then
+    every hardware key they name that the index does not know yet."""
     work_dir = Path(work_dir)
     wl_path, rec_path = work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE
     for p in (wl_path, rec_path):
@@ -110,6 +109,39 @@ def import_ms(
     if hardware_key is not None:
         check_hardware_key(hardware_key)
     report = ImportReport()
+    keys = _import_workloads(corpus, wl_path, report)
+    report.workloads = sorted(set(keys))
+
+    now = _dt.datetime.now(_dt.timezone.utc)
+    params = json.dumps({"source": str(work_dir.resolve())}, sort_keys=True)
+    provenance = {"tuner": tuner, "tuner_params": params, "run_id": run_id, "node": node, "created_at": now}
+    hw_seen: dict[str, dict] = {}
+    batch: list[Record] = []
+    for n, line in enumerate(rec_path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        rec = _record_of(line, f"{rec_path}:{n + 1}", keys, hardware_key, provenance)
+        hw_seen.setdefault(rec.hardware_key, json.loads(rec.target))
+        report.records += 1
+        report.errors += rec.latency_s is None
+        batch.append(rec)
+        if len(batch) >= IMPORT_BATCH:
+            report.stored += corpus.append(batch).rows
+            batch.clear()
+    if batch:
+        report.stored += corpus.append(batch).rows
+    for hw, target in hw_seen.items():
+        if corpus.hardware_info(hw) is None:
+            corpus.register_hardware(hw, target=target, description="registered by ms-import")
+    report.hardware_keys = sorted(hw_seen)
+    return report
+
+
+def _import_workloads(corpus: "Corpus", wl_path: Path, report: ImportReport) -> list[str]:
+    """Register every workload of ``database_workload.json``; the workload key of each line, in
+    order (a tuning record names its workload by that line's index)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
 
     keys: list[str] = []
     for n, line in enumerate(wl_path.read_text().splitlines()):
@@ -128,69 +160,35 @@ def import_ms(
         name = str(func.attrs["global_symbol"]) if func is not None and func.attrs and "global_symbol" in func.attrs else None
         corpus.register_workload(key, task_name=name, tvmscript=mod.script(), mod_json=tvm.ir.save_json(mod))
         keys.append(key)
-    report.workloads = sorted(set(keys))
+    return keys
 
-    now = _dt.datetime.now(_dt.timezone.utc)
-    params = json.dumps({"source": str(work_dir.resolve())}, sort_keys=True)
-    hw_seen: dict[str, dict] = {}
-    batch: list[Record] = []
 
-    def flush() -> None:
-        if batch:
-            res = corpus.append(batch)
-            report.stored += res.rows
-            batch.clear()
+def _record_of(line: str, where: str, keys: list[str], hardware_key: str | None, provenance: dict) -> Record:
+    """The corpus record of one ``database_tuning_record.json`` line (``where`` names the line in
+    errors): a failed measurement (MetaSchedule's 1e10 s, or none) is an error, never a latency."""
+    import tvm
 
-    for n, line in enumerate(rec_path.read_text().splitlines()):
-        if not line.strip():
-            continue
-        try:
-            index, (trace, run_secs, target, args_info) = json.loads(line)
-            key = keys[index]
-        except Exception as exc:  # noqa: BLE001
-            raise CorpusError(f"{rec_path}:{n + 1}: not a MetaSchedule tuning record: {exc}") from exc
-        target = target or {}
-        hw = hardware_key or key_of_target(target)
-        if hw is None:
-            raise CorpusError(
-                f"{rec_path}:{n + 1}: cannot derive a hardware key from target {json.dumps(target)}; pass hardware_key="
-            )
-        hw_seen.setdefault(hw, target)
-        trace_json = canonical_json(json.dumps(trace))
-        secs = [float(x) for x in (run_secs or [])]
-        ok = bool(secs) and all(0 < x < MS_FAILED_SECS for x in secs)
-        report.records += 1
-        report.errors += not ok
-        batch.append(
-            Record(
-                record_id=make_record_id(key, hw, trace_json),
-                workload_key=key,
-                hardware_key=hw,
-                target=json.dumps(target, sort_keys=True),
-                task_name=None,
-                sketch_id=-1,
-                trace_json=trace_json,
-                decisions_json=json.dumps(trace[1] if len(trace) > 1 else []),
-                run_secs=secs if ok else [],
-                latency_s=statistics.median(secs) if ok else None,
-                error=None if ok else f"ms-import: failed measurement (run_secs={run_secs})",
-                tuner=tuner,
-                tuner_params=params,
-                run_id=run_id,
-                node=node,
-                tvm_version=tvm.__version__,
-                created_at=now,
-                args_info_json=json.dumps(args_info) if args_info is not None else None,
-            )
-        )
-        if len(batch) >= IMPORT_BATCH:
-            flush()
-    flush()
-    for hw, target in hw_seen.items():
-        if corpus.hardware_info(hw) is None:
-            corpus.register_hardware(hw, target=target, description="registered by ms-import")
-    report.hardware_keys = sorted(hw_seen)
-    return report
+    try:
+        index, (trace, run_secs, target, args_info) = json.loads(line)
+        key = keys[index]
+    except Exception as exc:  # noqa: BLE001
+        raise CorpusError(f"{where}: not a MetaSchedule tuning record: {exc}") from exc
+    target = target or {}
+    hw = hardware_key or key_of_target(target)
+    if hw is None:
+        raise CorpusError(f"{where}: cannot derive a hardware key from target {json.dumps(target)}; pass hardware_key=")
+    trace_json = canonical_json(json.dumps(trace))
+    secs = [float(x) for x in (run_secs or [])]
+    ok = bool(secs) and all(0 < x < MS_FAILED_SECS for x in secs)
+    return Record(
+        record_id=make_record_id(key, hw, trace_json), workload_key=key, hardware_key=hw,
+        target=json.dumps(target, sort_keys=True), task_name=None, sketch_id=-1, trace_json=trace_json,
+        decisions_json=json.dumps(trace[1] if len(trace) > 1 else []),
+        run_secs=secs if ok else [], latency_s=statistics.median(secs) if ok else None,
+        error=None if ok else f"ms-import: failed measurement (run_secs={run_secs})",
+        tvm_version=tvm.__version__, args_info_json=json.dumps(args_info) if args_info is not None else None,
+        **provenance,
+    )
 
 
 def export_ms(

@@ -16,11 +16,11 @@ timed on MetaSchedule's random arguments, unchecked; the tuner says so in the re
 """
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
 from collections import OrderedDict
 from typing import Any, Callable
+
+from collectors.pools import PoolRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -66,38 +66,19 @@ def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path
     return costs
 
 
-class _Worker:
-    """The one measurement worker per (timeout, initializer) in this process, stopped at exit."""
+def _start_worker(timeout_s: float, initializer: Callable[[], None] | None) -> Any:
+    from tvm.support.popen_pool import PopenPoolExecutor
 
-    _lock = threading.Lock()
-    _workers: dict[tuple, Any] = {}
+    return PopenPoolExecutor(max_workers=1, timeout=timeout_s, initializer=initializer)
 
-    @classmethod
-    def get(cls, timeout_s: float, initializer: Callable[[], None] | None) -> Any:
-        from tvm.support.popen_pool import PopenPoolExecutor
 
-        key = (float(timeout_s), initializer)
-        with cls._lock:
-            pool = cls._workers.get(key)
-            if pool is None:
-                pool = cls._workers[key] = PopenPoolExecutor(max_workers=1, timeout=timeout_s,
-                                                             initializer=initializer)
-            return pool
-
-    @classmethod
-    def shutdown_all(cls) -> None:
-        with cls._lock:
-            pools, cls._workers = list(cls._workers.values()), {}
-        for pool in pools:
-            pool.shutdown(wait=True)
+#: The one measurement worker per (timeout, initializer) in this process.
+_WORKERS: PoolRegistry[Any] = PoolRegistry("runner", _start_worker, lambda pool: pool.shutdown(wait=True))
 
 
 def shutdown_runners() -> None:
     """Stop every runner worker of this process (also done at interpreter exit)."""
-    _Worker.shutdown_all()
-
-
-atexit.register(shutdown_runners)
+    _WORKERS.shutdown()
 
 
 def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, timeout_s: float = 30.0,
@@ -123,7 +104,7 @@ def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, ti
             super().__init__()
 
         def run(self, runner_inputs: list) -> list:
-            pool = _Worker.get(timeout_s, initializer)
+            pool = _WORKERS.get(float(timeout_s), initializer)
             futures = []
             for inp in runner_inputs:
                 job = pool.submit(run_one, str(inp.artifact_path), str(inp.device_type), evaluator_config,

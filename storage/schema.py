@@ -170,15 +170,34 @@ def to_record_table(
 
     Fills ``record_id`` (``make_record_id``) and ``created_at`` (``now``, UTC) where missing,
     ``sketch_id`` with -1 and ``run_secs`` with ``[]``. Raises :class:`SchemaMismatch` or
-    :class:`BadHardwareKey` naming the first problem found.
+    :class:`BadHardwareKey` naming the first problem found. The steps: the columns given
+    (:func:`_columns_of`), the keys (:func:`_check_keys`), the defaults (:func:`_fill_defaults`),
+    one outcome per record (:func:`_check_outcomes`), the ids.
     """
     now = now or _dt.datetime.now(_dt.timezone.utc)
+    cols, n = _columns_of(records)
+    _check_keys(cols)
+    _fill_defaults(cols, n, now)
+    _check_outcomes(cols, n)
+    if "record_id" not in cols or cols["record_id"].null_count:
+        have = cols["record_id"].to_pylist() if "record_id" in cols else [None] * n
+        wk, hw, tr = (cols[c].to_pylist() for c in ("workload_key", "hardware_key", "trace_json"))
+        cols["record_id"] = pa.array(
+            [rid if rid is not None else make_record_id(wk[i], hw[i], tr[i]) for i, rid in enumerate(have)],
+            pa.string(),
+        )
+    arrays = [cols.get(f.name, pa.nulls(n, f.type)) for f in RECORD_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+def _columns_of(records: Any) -> tuple[dict[str, Any], int]:
+    """``({column: array}, rows)`` of the columns the records hold, typed as the schema says;
+    unknown columns and non-record items are refused."""
     if isinstance(records, pa.RecordBatch):
         records = pa.Table.from_batches([records])
     if isinstance(records, pa.Table):
-        cols = _columns_from_table(records)
-        n = records.num_rows
-    elif isinstance(records, Iterable) and not isinstance(records, (str, bytes, dict)):
+        return _columns_from_table(records), records.num_rows
+    if isinstance(records, Iterable) and not isinstance(records, (str, bytes, dict)):
         rows = [_record_as_row(r) if isinstance(r, Record) else r for r in records]
         for i, r in enumerate(rows):
             if not isinstance(r, dict):
@@ -187,22 +206,19 @@ def to_record_table(
         unknown = sorted(names - set(RECORD_SCHEMA.names))
         if unknown:
             raise SchemaMismatch(f"unknown column(s) {unknown}; known: {RECORD_SCHEMA.names}")
-        cols = {
-            f.name: _column_from_values(f.name, [r.get(f.name) for r in rows], f.type)
-            for f in RECORD_SCHEMA
-            if f.name in names
-        }
-        n = len(rows)
-    else:
-        kind = type(records).__name__
-        raise SchemaMismatch(f"records must be a list of dicts or Records, or a pyarrow Table, got {kind}")
+        cols = {f.name: _column_from_values(f.name, [r.get(f.name) for r in rows], f.type)
+                for f in RECORD_SCHEMA if f.name in names}
+        return cols, len(rows)
+    raise SchemaMismatch(f"records must be a list of dicts or Records, or a pyarrow Table, got {type(records).__name__}")
 
+
+def _check_keys(cols: dict[str, Any]) -> None:
+    """Every required column present without nulls; hardware and workload keys well formed."""
     for name in REQUIRED_COLUMNS:
         if name not in cols:
             raise SchemaMismatch(f"required column {name!r} is missing")
         if cols[name].null_count:
             raise SchemaMismatch(f"required column {name!r} has {cols[name].null_count} null value(s)")
-
     for key in pc.unique(cols["hardware_key"]).to_pylist():
         check_hardware_key(key)
     wk_ok = pc.match_substring_regex(cols["workload_key"], WORKLOAD_KEY_RE.pattern)
@@ -210,6 +226,9 @@ def to_record_table(
         bad = pc.filter(cols["workload_key"], pc.invert(wk_ok))[0].as_py()
         check_workload_key(bad)
 
+
+def _fill_defaults(cols: dict[str, Any], n: int, now: _dt.datetime) -> None:
+    """``sketch_id`` -1, ``run_secs`` [] and ``created_at`` ``now`` where missing (in place)."""
     if "sketch_id" not in cols:
         cols["sketch_id"] = pa.array([-1] * n, pa.int32())
     else:
@@ -223,6 +242,9 @@ def to_record_table(
     else:
         cols["created_at"] = pc.fill_null(cols["created_at"], pa.scalar(now, pa.timestamp("us", tz="UTC")))
 
+
+def _check_outcomes(cols: dict[str, Any], n: int) -> None:
+    """Every record has exactly one of ``latency_s`` (> 0) and ``error``: a failure has no latency."""
     latency = cols.get("latency_s", pa.nulls(n, pa.float64()))
     error = cols.get("error", pa.nulls(n, pa.string()))
     both = pc.and_(pc.is_valid(latency), pc.is_valid(error))
@@ -237,17 +259,6 @@ def to_record_table(
     if pc.any(bad_lat).as_py():
         i = pc.index(bad_lat, True).as_py()
         raise SchemaMismatch(f"record {i} has latency_s {latency[i].as_py()!r}; it must be > 0")
-
-    if "record_id" not in cols or cols["record_id"].null_count:
-        have = cols["record_id"].to_pylist() if "record_id" in cols else [None] * n
-        wk, hw, tr = (cols[c].to_pylist() for c in ("workload_key", "hardware_key", "trace_json"))
-        cols["record_id"] = pa.array(
-            [rid if rid is not None else make_record_id(wk[i], hw[i], tr[i]) for i, rid in enumerate(have)],
-            pa.string(),
-        )
-
-    arrays = [cols.get(f.name, pa.nulls(n, f.type)) for f in RECORD_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
 
 
 def _columns_from_table(table: pa.Table) -> dict[str, pa.ChunkedArray]:
