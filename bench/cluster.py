@@ -32,13 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench._common import machine, matmul_task
 
 ROOT = Path(__file__).resolve().parents[1]
 # Run as a script, this file's folder comes first on sys.path and its name would shadow the
@@ -48,15 +49,7 @@ SHAPES = [(32, 32, 32), (32, 64, 32), (64, 32, 32), (32, 32, 64), (64, 64, 32), 
 
 
 def _tasks(n: int):
-    from collectors.tasks import Task
-    from collectors.workloads import matmul
-    from collectors.tir import workload_key
-
-    out = []
-    for i, k, m in SHAPES[:n]:
-        mod = matmul(i, m, k)
-        out.append(Task(workload_key(mod), f"matmul_{i}x{m}x{k}", mod, flops=2.0 * i * m * k, op_kind="matmul"))
-    return out
+    return [matmul_task(i, m, k) for i, k, m in SHAPES[:n]]
 
 
 def _config(args):
@@ -104,26 +97,16 @@ def child_plain(args) -> dict:
 
 
 def child_ray(args) -> dict:
-    import ray
-    from ray.cluster_utils import Cluster
-
     from cluster.collect_job import JobConfig, run_collection
+    from cluster.ray_session import simulated_cluster
     from cluster.resources import node_resources
 
     tasks, hw, cfg = _tasks(args.tasks), _hardware(), _config(args)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
-                                                            "object_store_memory": 80 << 20})
-    for _ in range(args.nodes):
-        cluster.add_node(num_cpus=1, resources=node_resources(hw), object_store_memory=80 << 20)
-    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-    try:
+    with simulated_cluster([node_resources(hw)] * args.nodes):
         t0 = time.time()
         s = run_collection(tasks, corpus_root=args.corpus, tune_config=cfg, hardware={hw.key: hw},
                            hardware_keys=[hw.key], config=JobConfig(progress=False))
         wall = time.time() - t0
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     done = [o for o in s.outcomes if o.status == "done"]
     first = min(o.started_at for o in done)
     return {
@@ -198,8 +181,7 @@ def main() -> int:
         "task_set": {"tasks": args.tasks, "shapes": SHAPES[: args.tasks], "trials_per_task": args.trials,
                      "trials_per_batch": args.per_iter, "strategy": args.strategy, "seed": 0},
         "hardware": _hardware().key,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "loadavg_before": load0,
-                    "loadavg_after": os.getloadavg()},
+        "machine": machine(loadavg_before=load0, loadavg_after=os.getloadavg()),
         "median": med,
         "samples": samples,
         "records_per_s": {m: round(v["records_per_s"], 3) for m, v in med.items()},

@@ -38,12 +38,9 @@ import tempfile
 import time
 from typing import Any
 
+from bench._common import matmul_task, percentile
+
 logger = logging.getLogger("bench.collect")
-
-PROFILE_KEYS = ("tlm/DesignSpace", "tlm/Reference", "EvoSearch/SampleInitPopulation", "EvoSearch/Evolve/Mutation",
-                "EvoSearch/Evolve/PredictNormalizedScore", "EvoSearch/Evolve/Misc", "MeasureCallback/UpdateCostModel",
-                "SendToBuilder", "SendToRunner", "MeasureCallback/PyMeasureCallback", "MeasureCallback/AddToDatabase")
-
 
 def _profile_dict(prof: Any) -> dict[str, float]:
     """Seconds per Profiler section (the Profiler's own table is in minutes)."""
@@ -243,7 +240,7 @@ def repeat_spread(task: Any, hw: Any, trace_json: str, values: tuple[int, ...], 
     for v in values:
         a = np.asarray(lats[v])
         med = float(np.median(a))
-        out[str(v)] = {"median_latency_s": med, "spread": float(np.percentile(a, 90) - np.percentile(a, 10)) / med,
+        out[str(v)] = {"median_latency_s": med, "spread": (percentile(a, 90) - percentile(a, 10)) / med,
                        "max_min": float(a.max() - a.min()) / med, "cv": float(a.std() / a.mean()),
                        "seconds_per_measurement": statistics.median(cost[v]), "n": n}
     return out
@@ -313,8 +310,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from collectors.hardware import detect_hardware
     from collectors.tuner import TuneConfig, pin_tvm_threads
-    from collectors.workloads import matmul
-    from collectors.tasks import Task
     from storage import Corpus
 
     hw = detect_hardware("cpu")
@@ -324,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = pick_tasks(hw)
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-warmup-") as warm_dir:  # first-use costs, untimed
-        warm = Task("0" * 16, "warmup", matmul(32, 32, 32))
+        warm = matmul_task(32, 32, 32, "warmup")
         run_ours(warm, hw, Corpus.open(warm_dir), 2, min_repeat_ms, args.seed)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-corpus-") as corpus_dir:

@@ -8,7 +8,7 @@ measured record of every task as a sentence with its latency. From its ``train``
 fine-tuning sets are made and each fine-tunes the same pretrained base for the same number
 of steps (Ray Train, 2 workers):
 
-* ``tlm_top1``: the fastest record per task (TLM's MetaSchedule path, PRIOR-ART §1.4), unweighted;
+* ``tlm_top1``: the fastest record per task (the original TLM's selection of training schedules), unweighted;
 * ``topk4``: the 4 fastest records per (task, sketch), unweighted;
 * ``topk4_latency``: the same rows, each weighted by best latency / its latency (our default).
 
@@ -28,6 +28,8 @@ import os
 import tempfile
 from collections import defaultdict
 
+from bench._common import geomean
+
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "finetune_target.json")
 
 
@@ -35,7 +37,7 @@ def _write(rows: list[dict], out_dir: str) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tlm.dataset import FINETUNE_FILE
+    from tlm.model.dataset import FINETUNE_FILE
 
     os.makedirs(out_dir, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), os.path.join(out_dir, FINETUNE_FILE))
@@ -72,7 +74,8 @@ def _spearman(xs: list[float], ys: list[float]) -> float:
 def judge(model_dir: str, test: list[dict], min_records: int = 5, max_records: int = 40) -> dict:
     """Regret and rank correlation of the model's likelihood on each held-out task's records
     (at most ``max_records`` per task: the fastest and an evenly spaced sample by latency)."""
-    from tlm.model import decision_logprobs, load_model
+    from tlm.model.network import load_model
+    from tlm.model.scoring import decision_logprobs
 
     model, tok, _ = load_model(model_dir)
     groups = defaultdict(list)
@@ -94,7 +97,7 @@ def judge(model_dir: str, test: list[dict], min_records: int = 5, max_records: i
         regrets.append(rows[chosen]["latency_s"] / best)
         rhos.append(_spearman(score, [-r["latency_s"] for r in rows]))
     return {"tasks": len(regrets),
-            "regret_geomean": math.exp(sum(map(math.log, regrets)) / len(regrets)) if regrets else None,
+            "regret_geomean": geomean(regrets),
             "spearman_mean": sum(rhos) / len(rhos) if rhos else None}
 
 
@@ -102,8 +105,8 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     from cluster.train_job import TrainJob, run_training
-    from tlm.dataset import FINETUNE_FILE
-    from tlm.train import TrainConfig
+    from tlm.model.dataset import FINETUNE_FILE
+    from tlm.model.train import TrainConfig
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="pretrained model directory")

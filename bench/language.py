@@ -27,12 +27,13 @@ import argparse
 import json
 import logging
 import os
-import platform
 import random
 import statistics
 import time
 from collections import defaultdict
 from typing import Any
+
+from bench._common import machine, percentile
 
 logger = logging.getLogger(__name__)
 
@@ -49,16 +50,11 @@ def pick_tasks(hw: Any, models: list[str], per_kind: int) -> list:
     return chosen
 
 
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
-
-
 def _summary_ms(xs: list[float]) -> dict:
     if not xs:
         return {"n": 0}
-    return {"n": len(xs), "mean_ms": round(1e3 * statistics.fmean(xs), 4), "p50_ms": round(1e3 * _pct(xs, 0.5), 4),
-            "p95_ms": round(1e3 * _pct(xs, 0.95), 4), "max_ms": round(1e3 * max(xs), 4)}
+    return {"n": len(xs), "mean_ms": round(1e3 * statistics.fmean(xs), 4), "p50_ms": round(1e3 * percentile(xs, 50), 4),
+            "p95_ms": round(1e3 * percentile(xs, 95), 4), "max_ms": round(1e3 * max(xs), 4)}
 
 
 def run(per_kind: int, walks: int, seed: int) -> dict:
@@ -68,12 +64,12 @@ def run(per_kind: int, walks: int, seed: int) -> dict:
     from collectors.hardware import detect_hardware
     from tvm.s_tir.schedule import Schedule, Trace
 
-    import tlm.language as L
+    import tlm.language.sentences as L
     from collectors.sketches import postprocs
-    from tlm.constrained import apply_sentence
+    from tlm.language import apply_sentence
     from tlm.language import decode, encode, legal_next_tokens, prompt_tokens
-    from tlm.replay import clear_location_cache
-    from tlm.space import build_space
+    from tlm.language.replay import clear_location_cache
+    from tlm.language.space import build_space
 
     rng = random.Random(seed)
     hw = detect_hardware("cpu")
@@ -155,8 +151,7 @@ def run(per_kind: int, walks: int, seed: int) -> dict:
 
     n = len(traces)
     result = {
-        "machine": {"platform": platform.platform(), "cpu": hw.description, "hardware_key": hw.key,
-                    "load_avg_1m": os.getloadavg()[0]},
+        "machine": machine(hw),
         "tasks": [{"task": t.task_name, "op_kind": t.op_kind, "model": t.model} for t in tasks],
         "extract_tasks_s": round(extract_s, 2),
         "build_space": _summary_ms(space_s),
@@ -186,10 +181,10 @@ def cuda_validity(models: list[str], walks: int, seed: int) -> dict:
     from collectors.tasks import extract_tasks
     from tvm.s_tir.schedule import Schedule, Trace
 
-    import tlm.language as L
-    from tlm.constrained import InvalidProgram, apply_sentence
+    import tlm.language.sentences as L
+    from tlm.language import InvalidProgram, apply_sentence
     from collectors.sketches import refusing_postproc
-    from tlm.space import build_space
+    from tlm.language.space import build_space
 
     hw = cuda_hardware_of("NVIDIA H200", "9.0", 132)
     rng = random.Random(seed)
@@ -291,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     result = run(args.per_kind, args.walks, args.seed)
-    from tlm.tokenizer import language_vocabulary
+    from tlm.model.tokenizer import language_vocabulary
 
     vocab = len(language_vocabulary())
     result["model_step"] = model_step_ms(

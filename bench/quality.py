@@ -1,11 +1,13 @@
 """Schedule quality, side by side: the TLM against MetaSchedule, the rule baseline, a random
 valid program and PyTorch eager, on tasks the model never saw.
 
-    .venv/bin/python -m bench.quality [--zoo-tasks 6] [--outside-tasks 2] [--trials 256] [--model DIR]
+    .venv/bin/python -m bench.quality [--tasks N] [--trials 256] [--model DIR]
 
-Tasks: the heaviest (FLOPs x weight) workloads that occur only in the held-out zoo models
-(MobileNetV2, BERT-base: absent from the shipped model's training), and the heaviest of a
-model outside the zoo: one ViT-B/16 encoder layer (HF ``ViTModel``, random weights, 224x224).
+Tasks: the judging set (``bench/judging.py``): every workload of the zoo's held-out models
+(``collectors.zoo.HELD_OUT_MODELS``, absent from the model's training: a model whose metadata
+does not record them as held out is refused) and every task of one ViT-B/16 encoder layer, a
+model outside the zoo; ``--tasks N`` keeps the N heaviest (FLOPs x weight). MetaSchedule's
+searches come from ``bench/references.py``'s cache when they ran before.
 
 Per task, each method's schedule and the time it took to get it:
 * ``tlm_top1``: greedy generation (no measurement);
@@ -33,45 +35,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
 import time
 from typing import Any
+
+from bench._common import geomean, machine
+from bench.judging import CORPUS, OUTSIDE_DESCRIPTION, check_unseen, judging_set
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 ROOT = os.path.dirname(HERE)
-HELD_OUT = ("mobilenetv2", "bert_base")
 KS = (4, 10, 32)
-
-
-def zoo_tasks(corpus_dir: str, n: int) -> list:
-    from collectors.tasks import task_from_index
-    from storage import Corpus
-
-    with Corpus.open(corpus_dir) as corpus:
-        rows = [w for w in corpus.workloads() if w.get("models") and set(w["models"]) <= set(HELD_OUT)]
-    rows.sort(key=lambda w: -(w.get("flops") or 0) * max(w["models"].values()))
-    out = []
-    for w in rows[:n]:
-        t = task_from_index(w)
-        t.weight = int(max(w["models"].values()))
-        out.append(t)
-    return out
-
-
-def vit_tasks(hw: Any, n: int) -> list:
-    """The ``n`` heaviest tasks of one ViT-B/16 encoder layer (a model outside the zoo)."""
-    import torch
-    from transformers import ViTConfig, ViTModel
-
-    from collectors.tasks import extract_tasks
-
-    torch.manual_seed(0)
-    model = ViTModel(ViTConfig(num_hidden_layers=1), add_pooling_layer=False).eval()
-    args = (torch.randn(1, 3, 224, 224),)
-    return extract_tasks((model, args), hw, model_name="vit_b16_layer")[:n]
 
 
 def peak_gflops(threads: int) -> float:
@@ -86,8 +60,9 @@ def peak_gflops(threads: int) -> float:
 
 def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int) -> dict:
     """Every method on one task, judged in one measurement call (collectors.judge)."""
-    from collectors.judge import Method, judge, random_method, rules_method, search_methods
-    from tlm.generate import generate
+    from bench.references import reference_search
+    from collectors.judge import Method, judge, random_method, rules_method
+    from tlm.service.generator import generate
 
     g1, g1b = generate(task, hw, model, tok, k=1), generate(task, hw, model, tok, k=1)
     methods = {"tlm_top1": Method([g1.candidates[0].schedule], g1.generate_s + g1.check_s)}
@@ -97,7 +72,7 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int) -> dict:
                                              measured=True)
     methods["rules"] = rules_method(task, hw)
     methods["random"] = random_method(task, hw)
-    search = search_methods(task, hw, trials, budgets=(64,))
+    search = reference_search(task, hw, trials, budgets=(64,))
     methods.update(search.methods)
     row = {"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "flops": task.flops,
            "weight": task.weight, "deterministic_greedy": g1.candidates[0].text == g1b.candidates[0].text,
@@ -106,11 +81,6 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int) -> dict:
     if tlm is not None:  # from the search's own timings of its candidates
         row["ms_parity_s"] = next((t for t, lat in search.curve if lat <= tlm), None)
     return row
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
 def aggregate(rows: list[dict], trials: int, peak: float) -> dict:
@@ -209,10 +179,9 @@ def report_md(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", default=os.path.join(ROOT, "data", "corpus"))
+    ap.add_argument("--corpus", default=CORPUS)
     ap.add_argument("--model", default=None, help="model directory (default: the shipped model of this host's key)")
-    ap.add_argument("--zoo-tasks", type=int, default=6)
-    ap.add_argument("--outside-tasks", type=int, default=2)
+    ap.add_argument("--tasks", type=int, default=None, help="only the N heaviest tasks of the judging set")
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--out", default=os.path.join(RESULTS, "quality.json"))
     args = ap.parse_args()
@@ -221,13 +190,18 @@ def main() -> None:
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     from collectors.hardware import detect_hardware
-    from tlm.catalog import model_for, resolve_model
-    from tlm.model import load_model
+    from collectors.zoo import HELD_OUT_MODELS
+    from tlm.service.catalog import model_for, resolve_model
+    from tlm.model.network import load_model, read_model_info
 
     hw = detect_hardware("cpu")
     entry = resolve_model(args.model) if args.model else model_for(hw.key)
     model, tok, _ = load_model(entry.path)
-    tasks = zoo_tasks(args.corpus, args.zoo_tasks) + (vit_tasks(hw, args.outside_tasks) if args.outside_tasks else [])
+    tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks)
+    try:
+        check_unseen(entry.model_id, read_model_info(entry.path), tasks)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     t0 = time.time()
     peak = peak_gflops(hw.cores)
     rows = []
@@ -237,9 +211,9 @@ def main() -> None:
         m = rows[-1]["methods"]
         print("   " + ", ".join(f"{n} {v['latency_s'] * 1e6:.0f}us/{v['time_s']:.1f}s" for n, v in m.items()
                                 if v["latency_s"]), flush=True)
-        res = {"machine": {"cpu": hw.description, "platform": platform.platform(), "load_avg_1m": os.getloadavg()[0]},
-               "hardware": hw.key, "model_id": entry.model_id, "held_out_models": list(HELD_OUT),
-               "outside_zoo": "vit_b16_layer (HF ViTModel, 1 encoder layer, 224x224, random weights)",
+        res = {"machine": machine(hw),
+               "hardware": hw.key, "model_id": entry.model_id, "held_out_models": list(HELD_OUT_MODELS),
+               "outside_zoo": OUTSIDE_DESCRIPTION,
                "trials": args.trials, "ks": list(KS), "wall_s": round(time.time() - t0, 1), "tasks": rows,
                "aggregate": aggregate(rows, args.trials, peak)}
         os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -9,7 +9,7 @@ MobileNetV2 and BERT-base, heaviest first) sent as TVMScript, as a deployer woul
   loopback (local Ray Serve, FastAPI, the ``small`` shipped model): p50/p99 over every request
   (``--repeats`` per task, after one warm-up request that loads the model), and per task;
 * **throughput**: ``--clients`` concurrent clients sending the same tasks round-robin;
-* **in process**: ``tlm.generate.generate`` on the same tasks without HTTP (what the server
+* **in process**: ``tlm.service.generator.generate`` on the same tasks without HTTP (what the server
   adds), with 1 torch thread (the default, ``DECODE_THREADS``) and with every core;
 * **compile-time ratio**: MetaSchedule's evolutionary search (``--ms-trials`` trials, its
   builder and runner, correctness-checked) on ``--ms-tasks`` tasks against the generator's
@@ -22,30 +22,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
 import statistics
 import threading
 import time
 
-from bench.quality import HELD_OUT, geomean, zoo_tasks
+from bench._common import geomean, machine, percentile
+from bench.judging import judging_set
+from collectors.zoo import HELD_OUT_MODELS
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "serve.json")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, math.ceil(q / 100 * len(xs)) - 1))]
-
-
 def sketch_cost(tasks: list, hw, model, tok) -> dict:
     """What generating every live sketch costs over decoding one: the prompts are one batch, so
     the extra sketches share each decoding step (the generator's choice: rank all, module doc)."""
-    from tlm.generate import _decode
+    from tlm.service.generator import decode_prompts
     from tlm.language import live_sketches, prompt_tokens
-    from tlm.space import build_space
+    from tlm.language.space import build_space
 
     rows = []
     for t in tasks:
@@ -56,7 +51,7 @@ def sketch_cost(tasks: list, hw, model, tok) -> dict:
             best = float("inf")
             for _ in range(3):
                 t0 = time.perf_counter()
-                _decode(model, tok, t, hw, ps, 1)
+                decode_prompts(model, tok, t, hw, ps, 1)
                 best = min(best, time.perf_counter() - t0)
             times[label] = best
         rows.append({"task": t.task_name, "sketches": len(prompts), "one_sketch_s": times["one"],
@@ -80,26 +75,26 @@ def main() -> None:
     import httpx
     import torch
 
-    from cluster.cmd_serve import start, stop
+    from cluster.cli.serve import start, stop
     from collectors.hardware import check_runs_here, detect_hardware, hardware_for_key
     from collectors.tuner import TuneConfig, measure_schedules, tune_task
-    from tlm.catalog import shipped_models
-    from tlm.generate import generate
-    from tlm.model import load_model
+    from tlm.service.catalog import shipped_models
+    from tlm.service.generator import generate
+    from tlm.model.network import load_model
 
     host = detect_hardware("cpu")
     entry = next((m for m in shipped_models() if m.hardware_key == host.key), None) or \
         next(m for m in shipped_models() if m.hardware_key)
     hw = hardware_for_key(entry.hardware_key)
-    tasks = zoo_tasks(args.corpus, args.tasks)
-    res: dict = {"machine": {"cpu": host.description, "host_key": host.key, "python": platform.python_version()},
+    tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks, outside=False)
+    res: dict = {"machine": machine(host),
                  "model": entry.model_id, "hardware": hw.key, "tasks": [t.task_name for t in tasks],
-                 "held_out_models": list(HELD_OUT)}
+                 "held_out_models": list(HELD_OUT_MODELS)}
     print(f"{len(tasks)} held-out tasks, model {entry.model_id} for {hw.key}")
 
     # in process: 1 thread (default) vs every core
     model, tok, _ = load_model(entry.path)
-    import tlm.generate as gen_mod
+    import tlm.service.generator as gen_mod
 
     inproc: dict = {}
     for threads in (1, host.cores):
@@ -138,7 +133,7 @@ def main() -> None:
                     server_gen.append(r.json()["generate_s"] + r.json()["check_s"])
                 lat += mine
                 per_task[t.task_name] = {"p50_s": statistics.median(mine), "sketches": r.json()["sketches"]}
-        res["http"] = {"requests": len(lat), "p50_s": statistics.median(lat), "p99_s": pct(lat, 99),
+        res["http"] = {"requests": len(lat), "p50_s": statistics.median(lat), "p99_s": percentile(lat, 99),
                        "max_s": max(lat), "server_generate_p50_s": statistics.median(server_gen),
                        "target_p50_s": 0.1, "per_task": per_task}
         print(f"HTTP: p50 {res['http']['p50_s'] * 1e3:.0f} ms, p99 {res['http']['p99_s'] * 1e3:.0f} ms")
@@ -163,7 +158,7 @@ def main() -> None:
         wall = time.perf_counter() - t0
         res["concurrent"] = {"clients": args.clients, "requests": n_req, "errors": len(errors), "wall_s": wall,
                              "requests_per_s": len(done) / wall, "p50_s": statistics.median(done),
-                             "p99_s": pct(done, 99),
+                             "p99_s": percentile(done, 99),
                              "sequential_requests_per_s": 1 / statistics.median(lat)}
         print(f"{args.clients} clients: {res['concurrent']['requests_per_s']:.1f} req/s")
     finally:
@@ -217,7 +212,7 @@ def main() -> None:
 
 
 def _schedule_of_trace(task, trace_json_text: str):
-    from tlm.whole_model import schedule_of
+    from tlm.service.whole_model import schedule_of
 
     return schedule_of(task, json.loads(trace_json_text))
 

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from bench._common import machine, percentile
 from storage import RECORD_SCHEMA, Corpus, make_record_id
 
 log = logging.getLogger("bench.storage")
@@ -109,26 +110,12 @@ def synthetic_batch(rng: random.Random, start: int, n: int, cfg: BenchConfig) ->
     return pa.Table.from_pydict(cols, schema=RECORD_SCHEMA), t_id
 
 
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 def machine_facts(root: Path) -> dict:
-    cpu = ""
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     import sqlalchemy
 
-    return {
-        "cpu": cpu, "cpus": os.cpu_count(), "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "python": platform.python_version(), "pyarrow": pa.__version__, "sqlalchemy": sqlalchemy.__version__,
-        "sqlite": sqlite3.sqlite_version, "platform": platform.platform(), "bench_dir": str(root),
-        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
-        "note": "shared 2-core machine: other jobs ran at the same time, timings are noisy",
-    }
+    return machine(pyarrow=pa.__version__, sqlalchemy=sqlalchemy.__version__, sqlite=sqlite3.sqlite_version,
+                   bench_dir=str(root),
+                   note="shared 2-core machine: other jobs ran at the same time, timings are noisy")
 
 
 def run(cfg: BenchConfig, out: Path, workdir: Path) -> dict:
@@ -223,15 +210,15 @@ def run(cfg: BenchConfig, out: Path, workdir: Path) -> dict:
             "ratio_corpus_over_plain_time": round(t_corpus / t_raw, 2),
             "record_id_hashing_records_per_s": round(n / t_ids), "note_ids": "make_record_id runs in the producer, outside the ingest time",
             "synthetic_generation_seconds": round(t_gen, 2),
-            "small_append_64_records_p50_ms": round(_pct(small_ms, .5), 1),
-            "small_append_64_records_p95_ms": round(_pct(small_ms, .95), 1),
+            "small_append_64_records_p50_ms": round(percentile(small_ms, 50), 1),
+            "small_append_64_records_p95_ms": round(percentile(small_ms, 95), 1),
             "note_small": "50 appends of 64 records into the 1M-record corpus (one part each), after the top_k and scan timings",
         },
         "top_k": {
             "k": cfg.k, "queries": len(queries),
-            "cold_p50_ms": round(_pct(passes[0], .5), 3), "cold_p95_ms": round(_pct(passes[0], .95), 3),
-            "p50_ms": round(_pct(passes[1], .5), 3), "p95_ms": round(_pct(passes[1], .95), 3),
-            "index_query_only_p50_ms": round(_pct(idx_times, .5), 3), "index_query_only_p95_ms": round(_pct(idx_times, .95), 3),
+            "cold_p50_ms": round(percentile(passes[0], 50), 3), "cold_p95_ms": round(percentile(passes[0], 95), 3),
+            "p50_ms": round(percentile(passes[1], 50), 3), "p95_ms": round(percentile(passes[1], 95), 3),
+            "index_query_only_p50_ms": round(percentile(idx_times, 50), 3), "index_query_only_p95_ms": round(percentile(idx_times, 95), 3),
             "includes": "index range scan + the k full records (trace_json etc.) from the index's payload cache of each workload's 16 fastest (Parquet row-group fallback)",
         },
         "scan": {

@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
-import platform
 import time
+
+from bench._common import geomean, machine
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "torch_ops.json")
 log = logging.getLogger("bench.torch_ops")
@@ -32,7 +32,7 @@ def main() -> None:
 
     from collectors.compile import time_torch
     from collectors.correctness import make_reference
-    from collectors.hardware import NotRunnableHere, check_runs_here, hardware_from_index
+    from collectors.hardware import NotRunnableHere, check_runs_here, hardware_for_key
     from collectors.judge import torch_equivalent
     from collectors.tasks import task_from_index
     from storage import Corpus
@@ -48,8 +48,7 @@ def main() -> None:
     with Corpus.open(args.corpus) as c:
         workloads = [w for w in c.workloads() if w.get("op_kind") in kinds]
         for key in sorted(c.stats()["by_hardware"]):
-            info = c.hardware_info(key)
-            hw = hardware_from_index(key, info["target"], info.get("description") or "")
+            hw = hardware_for_key(key, c.hardware_info(key))
             try:
                 check_runs_here(hw)
             except NotRunnableHere as exc:
@@ -77,10 +76,10 @@ def main() -> None:
                          f"eager {row['torch_eager_s'] * 1e6:.1f} us ({desc})" if fn else desc)
                 rows.append(row)
     ratios = [r["eager_over_best"] for r in rows if "eager_over_best" in r]
-    res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]},
+    res = {"machine": machine(),
            "corpus": os.path.abspath(args.corpus), "op_kinds": sorted(kinds), "wall_s": round(time.time() - t0, 1),
            "tasks": rows, "mapped": len(ratios), "unmapped": len(rows) - len(ratios),
-           "geomean_eager_over_best": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None}
+           "geomean_eager_over_best": geomean(ratios)}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)

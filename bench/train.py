@@ -5,7 +5,7 @@
 Side by side in one run, on the same sentences (``DIR/pretrain.parquet``, train split) and
 the same number of optimizer steps:
 
-* ``bare``: :func:`tlm.train.train_loop_per_worker` in this process (LocalSession, 1 worker,
+* ``bare``: :func:`tlm.model.train.train_loop_per_worker` in this process (LocalSession, 1 worker,
   every core);
 * ``ray_1``, ``ray_2``: ``cluster.train_job.run_training`` (TorchTrainer, DDP on gloo) with 1
   and 2 workers.
@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import tempfile
 import threading
 import time
 from dataclasses import asdict
+
+from bench._common import machine
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "train.json")
 
@@ -61,7 +62,7 @@ class PeakRss:
 
 def bare(dataset: str, cfg, tmp: str) -> dict:
     from cluster.train_job import TrainJob, prepare, read_rows
-    from tlm.train import LocalSession, train_loop_per_worker
+    from tlm.model.train import LocalSession, train_loop_per_worker
 
     job = TrainJob(dataset_dir=dataset, storage_path=tmp, name="bare", workers=1)
     spec = prepare(cfg, job)
@@ -94,7 +95,7 @@ def on_ray(dataset: str, cfg, tmp: str, workers: int) -> dict:
 
 
 def main() -> None:
-    from tlm.train import TrainConfig
+    from tlm.model.train import TrainConfig
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", required=True, help="directory written by `tlm dataset build`")
@@ -106,8 +107,7 @@ def main() -> None:
     os.environ.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"})
     cfg = TrainConfig(preset=args.preset, max_steps=args.steps, batch_size=args.batch_size,
                       eval_every=args.steps, log_every=10**9)
-    res: dict = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                             "load_avg_1m": os.getloadavg()[0]},
+    res: dict = {"machine": machine(),
                  "config": asdict(cfg), "dataset": os.path.abspath(args.dataset)}
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         res["bare"] = bare(args.dataset, cfg, tmp)

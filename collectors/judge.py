@@ -1,4 +1,4 @@
-"""How we judge schedules (DESIGN.md section 8): every method's schedule of a task measured in
+"""How we judge schedules (docs/ARCHITECTURE.md, "Judging"): every method's schedule of a task measured in
 one call, with one evaluator setting, correctness-checked, beside PyTorch eager.
 
 A *method* is a name, the schedules it proposes for the task and the time it took to get them
@@ -38,15 +38,15 @@ class Search:
     methods: dict[str, Method]
     curve: list[tuple[float, float]] = field(default_factory=list)  # (seconds into the search, latency) per success
     wall_s: float = 0.0
+    traces: dict[str, str] = field(default_factory=dict)  # method name -> trace JSON of its schedule (to cache it)
 
 
-def search_methods(task: Task, hardware: Hardware, trials: int, budgets: Sequence[int] = (64,)) -> Search:
+def search_methods(task: Task, hardware: Hardware, trials: int, budgets: Sequence[int] = (64,), *,
+                   seed: int = 0) -> Search:
     """MetaSchedule's evolutionary search, one run of ``trials``: ``ms_<b>`` for each budget
     ``b <= trials`` (the best of its first ``b`` measured candidates, timed to that point) and
     ``ms_<trials>``. A separate ``b``-trial run starts identically, so the prefix stands for it."""
-    from collectors.tir import as_module
     from collectors.tuner import TuneConfig, tune_task
-    from tvm.s_tir.schedule import Schedule, Trace
 
     records, arrivals = [], []
     t0 = time.perf_counter()
@@ -58,7 +58,8 @@ def search_methods(task: Task, hardware: Hardware, trials: int, budgets: Sequenc
 
     # batches end at the budgets, so a budget's time is when its last candidate was measured
     per_iter = min([b for b in budgets if b < trials] + [trials, 64])
-    tune_task(task, hardware, TuneConfig(trials=trials, strategy="evolutionary", trials_per_iter=per_iter),
+    tune_task(task, hardware, TuneConfig(trials=trials, strategy="evolutionary", trials_per_iter=per_iter,
+                                               seed=seed),
               on_records=keep)
     wall = time.perf_counter() - t0
     ok = [(r.latency_s, i) for i, r in enumerate(records) if r.latency_s is not None]
@@ -68,10 +69,20 @@ def search_methods(task: Task, hardware: Hardware, trials: int, budgets: Sequenc
         if not within:
             continue
         i = min(within)[1]
-        sch = Schedule(as_module(task.mod))
-        Trace.apply_json_to_schedule(json.loads(records[i].trace_json), sch)
-        out.methods[f"ms_{b}"] = Method([sch], arrivals[min(b, len(records)) - 1] if b < trials else wall)
+        out.methods[f"ms_{b}"] = Method([schedule_of_trace(task, records[i].trace_json)],
+                                        arrivals[min(b, len(records)) - 1] if b < trials else wall)
+        out.traces[f"ms_{b}"] = records[i].trace_json
     return out
+
+
+def schedule_of_trace(task: Task, trace_json: str) -> Any:
+    """The task's schedule with a stored trace applied (postprocessing included)."""
+    from collectors.tir import as_module
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    sch = Schedule(as_module(task.mod))
+    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    return sch
 
 
 def rules_method(task: Task, hardware: Hardware) -> Method:

@@ -1,6 +1,6 @@
 """Write the model card (README.md) of a trained model directory from what the directory holds.
 
-    .venv/bin/python scripts/model_card.py models/<id> [--held-out mobilenetv2,bert_base] [--command "..."]
+    .venv/bin/python scripts/model_card.py models/<id> [--command "..."]
 
 Every figure on the card is read from the directory's ``tlm_model.json`` (the configuration the
 model was built from, its training configuration, and the metrics of its last evaluation), so
@@ -13,10 +13,11 @@ import json
 import os
 
 
-def card(path: str, held_out: str, command: str, quality: str | None = None) -> str:
-    from tlm.model import read_model_info
+def card(path: str, command: str, quality: str | None = None) -> str:
+    from tlm.model.network import read_model_info
 
     info = read_model_info(path)
+    held_out = ", ".join(info.get("held_out_models") or []) or "none recorded"
     m, mc, tc = info.get("final_metrics", {}), info["model_config"], info.get("train", {})
     name = os.path.basename(os.path.normpath(path))
     size = os.path.getsize(os.path.join(path, "model.safetensors"))
@@ -25,13 +26,14 @@ def card(path: str, held_out: str, command: str, quality: str | None = None) -> 
         f"A tensor language model (`transformers.GPT2LMHeadModel`, preset `{mc['preset']}`: {mc['n_layer']} layers, "
         f"{mc['n_head']} heads, width {mc['n_embd']}, {mc['n_positions']} positions, vocabulary {mc['vocab_size']}) "
         f"that writes MetaSchedule decisions for a task's sketch. Weights: `model.safetensors` ({size / 2**20:.1f} MiB); "
-        "load with `GPT2LMHeadModel.from_pretrained(dir, use_safetensors=True)` or `tlm.model.load_model(dir)`.", "",
+        "load with `GPT2LMHeadModel.from_pretrained(dir, use_safetensors=True)` or `tlm.model.network.load_model(dir)`.", "",
         "| | |", "|---|---|",
         f"| stage | {info.get('stage')} |",
         f"| hardware key | {info.get('hardware_key') or 'every hardware of the corpus'} |",
         f"| base model | {info.get('base_model_id') or '-'} |",
-        f"| data | `{os.path.relpath(info.get('data_file', '?'))}` (rows: {m.get('rows')}), built from `data/corpus` "
-        "by the command below |",
+        f"| data | `{info.get('data_file', '?')}` (rows: {m.get('rows')}"
+        + (f", sha256 {info['data_sha256'][:16]}" if info.get("data_sha256") else "")
+        + "), built from `data/corpus` by the command below |",
         f"| held-out models (test split) | {held_out} |",
         f"| steps | {m.get('step')} of {m.get('total_steps')} ({m.get('epoch', 0):.2f} epochs), {m.get('workers')} DDP workers |",
         f"| loss weighting | {tc.get('loss_weighting')} |",
@@ -97,13 +99,12 @@ def _quality(path: str | None, name: str) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("path")
-    ap.add_argument("--held-out", default="mobilenetv2, bert_base")
     ap.add_argument("--command", default="bash scripts/setup.sh && scripts/train_seed.sh")
     ap.add_argument("--quality", default=os.path.join(os.path.dirname(__file__), "..", "bench", "results", "quality.json"),
                     help="bench/quality.py's results (quoted when they measured this model)")
     args = ap.parse_args()
     with open(os.path.join(args.path, "README.md"), "w") as f:
-        f.write(card(args.path, args.held_out, args.command, args.quality))
+        f.write(card(args.path, args.command, args.quality))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Trains the shipped `small` TLM on the seed corpus (data/corpus): sentence sets with two whole
-# models held out (MobileNetV2, a CNN family, and BERT-base, a transformer family; a workload
-# they share with another model is held out too), a pretraining run on sampled programs of
+# Trains the shipped `small` TLM on the seed corpus (data/corpus): sentence sets with the zoo's
+# held-out models held out whole (collectors.zoo.HELD_OUT_MODELS: MobileNetV2, a CNN family, and
+# BERT-base, a transformer family; a workload they share with another model is held out too), a pretraining run on sampled programs of
 # every task, then a fine-tune on this hardware's fastest measured schedules. Both go to
 # models/<name>/ (safetensors, tokenizer, tlm_model.json). Resumable: a stopped step reruns
 # with the same --name and continues from its newest checkpoint; a finished step is skipped.
 #
 # Usage: scripts/train_seed.sh [HARDWARE_KEY]   (default: the one key of data/corpus)
-# Environment: PER_SKETCH (48), PRE_EPOCHS (3), FT_EPOCHS (4), WORKERS (2), HELD_OUT, EVAL_EVERY (600
+# Environment: PER_SKETCH (48), PRE_EPOCHS (3), FT_EPOCHS (4), WORKERS (2), HELD_OUT (comma-separated
+# models; default the zoo's held-out models), EVAL_EVERY (600
 # pretraining steps between held-out evaluations: one costs ~70 s here), QUALITY_TASKS (8:
 # held-out tasks whose greedy schedules are measured against the corpus's best after the fine-tune).
 set -euo pipefail
@@ -18,14 +19,14 @@ PER_SKETCH=${PER_SKETCH:-48}
 PRE_EPOCHS=${PRE_EPOCHS:-3}
 FT_EPOCHS=${FT_EPOCHS:-4}
 WORKERS=${WORKERS:-2}
-HELD_OUT=${HELD_OUT:-mobilenetv2,bert_base}
 KEY=${1:-$(.venv/bin/tlm corpus stats --corpus $CORPUS --json | .venv/bin/python -c 'import json,sys; print(*json.load(sys.stdin)["by_hardware"])')}
 PRE=tlm-small-pretrain
 FT=tlm-small-${KEY#cpu-}
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 mkdir -p work
 if [[ ! -f $SETS/finetune.parquet ]]; then
-  .venv/bin/tlm dataset build --corpus $CORPUS --out $SETS --per-sketch "$PER_SKETCH" --top-k 4 --held-out "$HELD_OUT"
+  .venv/bin/tlm dataset build --corpus $CORPUS --out $SETS --per-sketch "$PER_SKETCH" --top-k 4 \
+    ${HELD_OUT:+--held-out "$HELD_OUT"}
 fi
 [[ -f models/$PRE/model.safetensors ]] || .venv/bin/tlm train --stage pretrain --dataset $SETS --preset small \
   --workers "$WORKERS" --epochs "$PRE_EPOCHS" --eval-every "${EVAL_EVERY:-600}" --out models --name $PRE --no-register

@@ -1,0 +1,70 @@
+"""What every benchmark shares, defined once: a percentile, a geometric mean, the machine.
+
+So that "p95" means the same in every result file, a ratio's geomean is taken the same way,
+and every file says alike which machine (and how loaded) it was measured on.
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+from typing import Any, Iterable
+
+
+def percentile(xs: Iterable[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by nearest rank: the smallest value with at least ``q``% of
+    the values at or below it (so p50 of 4 values is the 2nd, p99 of 100 is the 99th). Raises
+    ``ValueError`` on no values."""
+    s = sorted(xs)
+    if not s:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {q}")
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def geomean(xs: Iterable[float | None]) -> float | None:
+    """Geometric mean of the values that are there (None and 0 are left out: a method with no
+    result on a task); None when none are."""
+    vals = [x for x in xs if x]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it ("" where it does not)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+def machine(hardware: Any = None, **extra: Any) -> dict:
+    """The machine a result was measured on: CPU model, cores, memory, OS, Python, the load
+    average when the call was made and, given a ``collectors.hardware.Hardware``, its key and
+    description. ``extra`` adds what one benchmark needs beside (library versions, ...)."""
+    out: dict[str, Any] = {
+        "cpu": cpu_model(), "cpus": os.cpu_count(),
+        "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "platform": platform.platform(), "python": platform.python_version(),
+        "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    }
+    if hardware is not None:
+        out |= {"hardware_key": hardware.key, "hardware": hardware.description}
+    return out | extra
+
+
+def matmul_task(n: int, m: int, k: int, name: str | None = None) -> Any:
+    """A ``collectors.tasks.Task`` of C[n, m] = A[n, k] @ B[k, m] in float32: the synthetic
+    workload the collection benchmarks time the machinery on (a zoo task would time the model)."""
+    import tvm
+    from tvm import te
+
+    from collectors.tasks import Task
+    from collectors.tir import workload_key
+
+    a, b = te.placeholder((n, k), name="A"), te.placeholder((k, m), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    return Task(workload_key(mod), name or f"matmul_{n}x{m}x{k}", mod, flops=2.0 * n * m * k, op_kind="matmul")

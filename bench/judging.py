@@ -1,0 +1,80 @@
+"""The tasks a model is judged on: programs it never saw, heaviest first.
+
+Every distinct workload of the zoo's held-out models (``collectors.zoo.HELD_OUT_MODELS``: never
+in a training split) at full size, plus every task of one ViT-B/16 encoder layer, a model
+outside the zoo. The quality, reference and serving benchmarks take their tasks from here, so
+they judge on one set.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "data", "corpus")
+OUTSIDE_MODEL = "vit_b16_layer"
+OUTSIDE_DESCRIPTION = "vit_b16_layer (HF ViTModel, 1 encoder layer, 224x224, random weights)"
+
+
+def judging_set(hw: Any, *, corpus_dir: str | None = None, max_tasks: int | None = None,
+                held_out: Sequence[str] | None = None, outside: bool = True) -> list:
+    """The tasks a model is judged on, heaviest first (FLOPs x weight).
+
+    Every distinct workload of the held-out zoo models, at full size, from the corpus index
+    (the same rule as the dataset's test split: a workload that occurs in any held-out model),
+    each with ``weight`` = its occurrences in those models and ``weights`` = per model (for the
+    whole-model latency); plus, with ``outside``, every task of one ViT-B/16 encoder layer (a
+    model outside the zoo) whose workload the corpus has no record of in a training model.
+    ``max_tasks``: only the N heaviest.
+    """
+    from collectors.tasks import task_from_index
+    from collectors.zoo import HELD_OUT_MODELS
+    from storage import Corpus
+
+    held = set(held_out or HELD_OUT_MODELS)
+    with Corpus.open(corpus_dir or CORPUS) as corpus:
+        rows = corpus.workloads()
+    out, trained_on = [], set()
+    for w in rows:
+        models = w.get("models") or {}
+        if not set(models) & held:
+            trained_on.add(w["workload_key"])
+            continue
+        t = task_from_index(w)
+        t.weights = {m: int(n) for m, n in models.items() if m in held}
+        t.model = max(t.weights, key=t.weights.get)
+        t.weight = sum(t.weights.values())
+        out.append(t)
+    if outside:
+        for t in vit_tasks(hw):
+            if t.workload_key not in trained_on:
+                t.weights = {t.model: t.weight}
+                out.append(t)
+    out.sort(key=lambda t: (-(t.flops or 0) * t.weight, t.task_name))
+    return out[:max_tasks] if max_tasks else out
+
+
+def vit_tasks(hw: Any) -> list:
+    """Every task of one ViT-B/16 encoder layer (HF ``ViTModel``, random weights, 224x224)."""
+    import torch
+    from transformers import ViTConfig, ViTModel
+
+    from collectors.tasks import extract_tasks
+
+    torch.manual_seed(0)
+    model = ViTModel(ViTConfig(num_hidden_layers=1), add_pooling_layer=False).eval()
+    args = (torch.randn(1, 3, 224, 224),)
+    return extract_tasks((model, args), hw, model_name=OUTSIDE_MODEL)
+
+
+def check_unseen(model_id: str, model_info: dict, tasks: Sequence[Any]) -> None:
+    """Refuse (``ValueError``) to judge a model on tasks of a zoo model it was trained on: every
+    zoo model the judging set draws from must be among the ``held_out_models`` the model records
+    (``tlm_model.json``); a model that records none cannot show it never saw them."""
+    held = set(model_info.get("held_out_models") or [])
+    judged = {m for t in tasks for m in getattr(t, "weights", {t.model: t.weight}) if m != OUTSIDE_MODEL}
+    seen = sorted(judged - held)
+    if seen:
+        raise ValueError(f"model {model_id} was not held out from {', '.join(seen)} (its held-out models: "
+                         f"{', '.join(sorted(held)) or 'none recorded'}): judging it on their tasks would judge "
+                         "it on its training data")

@@ -1,0 +1,114 @@
+"""MetaSchedule's reference searches for the quality benchmark, cached so they run once.
+
+A reference (``ms_<budget>``) is the best schedule one evolutionary search found within its
+first ``budget`` measured candidates. A 1000-trial search of a heavy task takes the better part
+of ten minutes on 2 cores, so each search's outcome is stored by what determines it (workload,
+hardware key, trials, seed) under ``bench/results/ms_cache/<hardware key>/``: the trace of its
+best schedule at every budget, the time it took to get there and its best-so-far curve. A later
+``bench.quality`` run rebuilds those schedules from their traces and *re-measures* them beside
+every other method (``collectors.judge``) instead of searching again; the latency recorded
+during the search is kept only as information. A cache of another hardware key is never used.
+
+    .venv/bin/python -m bench.references --trials 1000 --tasks 8   # the heaviest 8 of the judging set
+
+prints each search as it finishes; a stopped run keeps every finished search (one file each).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CACHE_DIR = os.path.join(HERE, "results", "ms_cache")
+
+
+def cache_path(workload_key: str, hardware_key: str, trials: int, seed: int, cache_dir: str = CACHE_DIR) -> str:
+    """Where the search of this workload on this hardware, with this budget and seed, is kept."""
+    return os.path.join(cache_dir, hardware_key, f"{workload_key}-t{trials}-s{seed}.json")
+
+
+def reference_search(task: Any, hardware: Any, trials: int, budgets: Sequence[int] = (64,), *, seed: int = 0,
+                     cache_dir: str = CACHE_DIR) -> Any:
+    """``collectors.judge.Search`` of ``trials`` evolutionary trials: from the cache when this
+    search ran before (same workload, hardware key, trials, seed), else searched and stored.
+
+    ``budgets`` must be a subset of the cached ones (a search stores every power-of-two budget
+    from 64 up to ``trials``, so any of those can be asked later)."""
+    from collectors.judge import Method, Search, schedule_of_trace, search_methods
+
+    path = cache_path(task.workload_key, hardware.key, trials, seed, cache_dir)
+    stored = _read(path)
+    wanted = {f"ms_{b}" for b in budgets if b < trials} | {f"ms_{trials}"}
+    if stored is None or not wanted <= set(stored["budgets"]):
+        every = sorted(set(budgets) | set(_powers_of_two(64, trials)))
+        search = search_methods(task, hardware, trials, budgets=every, seed=seed)
+        stored = {
+            "workload_key": task.workload_key, "task_name": task.task_name, "hardware_key": hardware.key,
+            "trials": trials, "seed": seed, "wall_s": search.wall_s, "curve": search.curve,
+            "searched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "budgets": {n: {"trace_json": search.traces[n], "time_s": m.time_s} for n, m in search.methods.items()},
+        }
+        _write(path, stored)
+        return search
+    methods = {n: Method([schedule_of_trace(task, b["trace_json"])], b["time_s"])
+               for n, b in stored["budgets"].items() if n in wanted}
+    return Search(methods, [tuple(p) for p in stored["curve"]], stored["wall_s"],
+                  {n: stored["budgets"][n]["trace_json"] for n in methods})
+
+
+def _powers_of_two(lo: int, hi: int) -> list[int]:
+    out, b = [], lo
+    while b < hi:
+        out.append(b)
+        b *= 2
+    return out
+
+
+def _read(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _write(path: str, obj: dict) -> None:
+    """Atomically: a search killed while writing leaves no half file behind."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default=None, help="corpus of the held-out workloads (default: data/corpus)")
+    ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument("--tasks", type=int, default=8, help="the N heaviest tasks of the judging set")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    import logging
+
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    from bench.judging import judging_set
+    from collectors.hardware import detect_hardware
+
+    hw = detect_hardware("cpu")
+    tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks)
+    for i, task in enumerate(tasks):
+        hit = os.path.exists(cache_path(task.workload_key, hw.key, args.trials, args.seed))
+        t0 = time.time()
+        s = reference_search(task, hw, args.trials, seed=args.seed)
+        best = min((lat for _, lat in s.curve), default=None)
+        print(f"[{i + 1}/{len(tasks)}] {task.task_name} ({task.model}): {'cached' if hit else 'searched'} "
+              f"in {time.time() - t0:.0f} s; best while searching "
+              f"{best * 1e6:.0f} us" if best else "no valid candidate", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
