@@ -13,6 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the whole demo at CI size: minutes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

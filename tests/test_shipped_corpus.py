@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "corpus"
-pytestmark = pytest.mark.skipif(not (DATA / "index.sqlite").exists(), reason="no shipped corpus in data/corpus")
+
+
+def test_the_shipped_corpus_is_there():
+    """A deleted or unfetched corpus fails here, loudly, instead of skipping what checks it."""
+    assert (DATA / "index.sqlite").exists(), (
+        f"{DATA} has no index.sqlite: restore it (git checkout -- data/corpus) or rebuild it (data/README.md)")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """One simulated heterogeneous Ray cluster for every Ray test in tests/cluster.
 
-Nodes (all on this machine, FACTS-tvm-ray.md):
+Nodes (all on this machine, ``ray.cluster_utils.Cluster``; docs/STACK.md):
 - head: no CPUs and no hardware resources, so no collector is ever placed on it;
 - node A: CPU hardware ``KEY_A`` (1 measure slot), node B: CPU hardware ``KEY_B``;
 - node G: one fake GPU with ``KEY_GPU`` (placement only: nothing is measured on it).
@@ -105,7 +105,7 @@ def index_url():
     if not base:
         yield None
         return
-    from tests.pg import fresh_pg_database
+    from tests.helpers.pg import fresh_pg_database
 
     with fresh_pg_database(base, "tlm_cluster") as url:
         yield url

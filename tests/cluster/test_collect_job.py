@@ -13,17 +13,18 @@ import pytest
 
 from cluster.collect_job import JobConfig, run_collection
 from cluster.dispatcher import make_collector
+from tests.helpers import subprocess_env
 
 # The simulated cluster's hardware keys (tests/cluster/conftest.py).
 KEY_A, KEY_B, KEY_C, KEY_D = "cpu-sim_a-1c", "cpu-sim_b-1c", "cpu-sim_c-1c", "cpu-sim_d-1c"
 KEY_GPU = "cuda-sm_90-fake"
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a simulated Ray cluster: ~30 s a test
 
 
 def _task(n: int, m: int, k: int):
     from collectors.tasks import Task
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
     from collectors.tir import workload_key
 
     mod = matmul(n, m, k)
@@ -193,7 +194,7 @@ def test_tlm_collect_options_drive_a_cluster_job(ray_cluster, tmp_path, index_ur
     import argparse
     import json
 
-    from cluster.cmd_collect import add_cluster_arguments, add_collect_arguments, run_on_ray
+    from cluster.cli.collect import add_cluster_arguments, add_collect_arguments, run_on_ray
     from storage import Corpus
 
     p = argparse.ArgumentParser()
@@ -237,7 +238,6 @@ def test_tasks_of_a_vanished_hardware_are_reported_not_waited_on(ray_cluster, tm
 def test_without_an_address_a_local_ray_is_started(tmp_path):
     """The embedded default: a fresh process, no cluster given, this machine's own hardware."""
     import json
-    import os
     import subprocess
     import sys
 
@@ -246,7 +246,7 @@ import json
 from collectors.hardware import detect_hardware
 from collectors.tasks import Task
 from collectors.tuner import TuneConfig
-from collectors.workloads import matmul
+from tests.helpers.workloads import matmul
 from cluster.collect_job import JobConfig, run_collection
 from collectors.tir import workload_key
 mod = matmul(16, 16, 16)
@@ -256,7 +256,7 @@ s = run_collection([task], corpus_root={str(tmp_path)!r}, tune_config=cfg,
                    config=JobConfig(progress=False, object_store_mb=80))
 print("RESULT", json.dumps({{**s.as_dict(), "key": detect_hardware("cpu").key}}))
 """
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    env = subprocess_env(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
                          cwd=tmp_path)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -296,7 +296,6 @@ def test_a_node_that_joins_while_the_job_waits_for_its_hardware_is_used(ray_clus
 def test_sigterm_stops_a_local_job_as_an_interrupt_and_leaves_no_unit_running(tmp_path):
     """`kill` of a background collection (shells give background jobs no SIGINT) is a stop like
     Ctrl-C: exit 130, run "interrupted", no unit left "running" (it was "failed" and "running")."""
-    import os
     import signal
     import subprocess
     import sys
@@ -308,7 +307,7 @@ def test_sigterm_stops_a_local_job_as_an_interrupt_and_leaves_no_unit_running(tm
 import sys
 from collectors.tasks import Task
 from collectors.tuner import TuneConfig
-from collectors.workloads import matmul
+from tests.helpers.workloads import matmul
 from cluster.collect_job import JobConfig, run_collection
 from collectors.tir import workload_key
 tasks = [Task(workload_key(m), f"matmul_{{n}}", m, flops=2.0 * n ** 3, op_kind="matmul")
@@ -319,7 +318,7 @@ try:
 except KeyboardInterrupt:
     sys.exit(130)
 """
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    env = subprocess_env(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 240

@@ -31,8 +31,8 @@ def make():
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     from collectors.hardware import detect_hardware
-    from tlm.model import build_model, model_config, save_model
-    from tlm.tokenizer import build_tokenizer
+    from tlm.model.network import build_model, model_config, save_model
+    from tlm.model.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     cfg = model_config("tiny", tok, 400)
@@ -47,6 +47,7 @@ def _report(capsys) -> dict:
     return json.loads(out[out.index("{"):])
 
 
+@pytest.mark.slow
 def test_compile_a_zoo_model_matches_pytorch(tiny_dir, capsys):
     rc = main(["compile", "--model", "resnet50", "--small", "--tlm-model", tiny_dir, "--no-torch-compile", "--json"])
     report = _report(capsys)
@@ -55,6 +56,7 @@ def test_compile_a_zoo_model_matches_pytorch(tiny_dir, capsys):
     assert set(report["compile_time"]) >= {"extract_s", "generate_s", "measure_s", "build_s"}
 
 
+@pytest.mark.slow
 def test_compile_a_users_module_with_measured_top_k_appends_to_the_corpus(tiny_dir, tmp_path, monkeypatch, capsys):
     from storage import Corpus
 
@@ -86,6 +88,7 @@ def test_compile_usage_errors_are_one_line_and_exit_2(argv, words, capsys):
     assert words in err[-1] and err[-1].startswith("error:")
 
 
+@pytest.mark.slow
 def test_collect_with_the_tlm_strategy_closes_the_loop_and_resumes(tiny_dir, tmp_path, capsys):
     from storage import Corpus
 

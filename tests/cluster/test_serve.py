@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.tlm.helpers import matmul_tvmscript
-from tlm.api import ApiError, ScheduleRequest
+from tests.helpers.workloads import matmul_tvmscript
+from tlm.service.api import ApiError, ScheduleRequest
+
+pytestmark = pytest.mark.slow  # Ray Serve start-up per module, a server subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN_KEY = "cpu-broken-2c"
@@ -52,8 +54,8 @@ def host_key():
 
 @pytest.fixture(scope="module")
 def models_root(tmp_path_factory, host_key):
-    from tlm.model import build_model, model_config, save_model
-    from tlm.tokenizer import build_tokenizer
+    from tlm.model.network import build_model, model_config, save_model
+    from tlm.model.tokenizer import build_tokenizer
 
     root = tmp_path_factory.mktemp("models")
     tok = build_tokenizer()

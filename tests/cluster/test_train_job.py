@@ -1,6 +1,6 @@
 """`tlm train` through Ray Train V2: 2 DDP workers on CPU, registry, fine-tune, resume after a kill.
 
-Each ``fit()`` costs ~25 s of Ray start-up (FACTS-tvm-ray.md), so there are few: a pretrain
+Each ``fit()`` costs ~25 s of Ray start-up (docs/STACK.md), so there are few: a pretrain
 with 2 workers and a fine-tune from it (one test), and a run killed mid-way then resumed.
 The sentences come from records measured on a fixed Zen 4; training only tokenizes them.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tlm.helpers import sentence_sets
+from tests.helpers.corpora import sentence_sets
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +120,7 @@ def test_a_killed_training_run_resumes_from_its_last_checkpoint(sets, tmp_path):
 
 
 def test_shipped_base_is_the_pretrained_model(tmp_path, monkeypatch):
-    from tlm.catalog import NoModel, resolve_model
+    from tlm.service.catalog import NoModel, resolve_model
 
     for name, stage in (("a-finetuned", "finetune"), ("b-pretrained", "pretrain"), ("c-finetuned", "finetune")):
         (tmp_path / name).mkdir()
@@ -141,13 +141,13 @@ def test_shipped_base_is_the_pretrained_model(tmp_path, monkeypatch):
 def test_quality_hook_measures_greedy_schedules_of_held_out_tasks_against_the_corpus_best(tmp_path):
     """Measured here (this host's key): a task of a held-out model, tuned a little, then the
     model's greedy schedule measured the same way and compared; the closed loop appends it."""
-    from cluster.quality import greedy_quality
+    from tlm.service.evaluate import greedy_quality
     from collectors.hardware import detect_hardware
     from collectors.tuner import TuneConfig, tune_task
     from storage import Corpus
-    from tests.tlm.helpers import make_task, matmul_relu_mod
-    from tlm.model import build_model, model_config, save_model
-    from tlm.tokenizer import build_tokenizer
+    from tests.helpers.workloads import make_task, matmul_relu_mod
+    from tlm.model.network import build_model, model_config, save_model
+    from tlm.model.tokenizer import build_tokenizer
 
     hw = detect_hardware("cpu")
     task = make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul")

@@ -1,20 +1,13 @@
-"""Fixtures of the collectors tests: small TE workloads and this machine's CPU hardware."""
+"""Fixtures of the collectors tests: a small TE workload and a real MetaSchedule database
+(``cpu_hw``, this machine's CPU, is suite-wide: tests/conftest.py)."""
 from __future__ import annotations
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def cpu_hw():
-    """This host's CPU: what tests run and measure on."""
-    from collectors.hardware import detect_hardware
-
-    return detect_hardware("cpu")
-
-
-@pytest.fixture(scope="session")
 def matmul_mod():
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     return matmul()
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.collect import collect, summary_table
+from collectors.collect import collect
+from collectors.progress import summary_table
 from collectors.tasks import Task
 from collectors.tuner import TuneConfig, tune_task
 
@@ -11,12 +12,13 @@ from collectors.tuner import TuneConfig, tune_task
 def _tasks():
     from collectors.tir import workload_key
 
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     mods = {"mm32": matmul(32, 32, 32), "mm48": matmul(48, 32, 16)}
     return [Task(workload_key(m), name, m, model="toy") for name, m in mods.items()]
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_does_not_remeasure_finished_tasks(cpu_hw, tmp_path):
     from storage import Corpus
 
@@ -57,6 +59,7 @@ def test_interrupt_then_resume_does_not_remeasure_finished_tasks(cpu_hw, tmp_pat
     assert corpus.task_status(tasks[0].workload_key, cpu_hw.key, "replay-trace", 4) is None
 
 
+@pytest.mark.slow
 def test_interrupt_inside_tuning_keeps_streamed_records(cpu_hw, tmp_path):
     """Ctrl-C while a task is being tuned: batches already appended stay; the unit is not done."""
     from storage import Corpus
@@ -88,6 +91,7 @@ def test_collect_rejects_bad_arguments(cpu_hw, tmp_path):
         collect(corpus, cpu_hw, TuneConfig(trials=1), tasks=_tasks(), max_tasks=0, show_progress=False)
 
 
+@pytest.mark.slow
 def test_cli_collect_small_model_then_resume(tmp_path, capsys):
     from cluster.cli import main
     from storage import Corpus

@@ -16,7 +16,7 @@ needs_gpu = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU (T
 def test_cuda_design_space_binds_threads_and_sketch_ids_resolve():
     """Generating CUDA sketches needs no GPU (only the CUDA intrinsics import, ~12 s)."""
     from collectors.sketches import design_space, sketch_id
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     sketches = design_space(matmul(128, 128, 128), H200_LIKE)
     assert len(sketches) >= 1
@@ -34,7 +34,7 @@ def test_tune_matmul_on_the_gpu_stores_checked_records():
     from collectors.hardware import detect_hardware
     from collectors.tasks import Task
     from collectors.tuner import TuneConfig, tune_task
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     hw = detect_hardware("cuda")
     assert hw.key.startswith("cuda-sm_")

@@ -11,7 +11,7 @@ from collectors.sketches import design_space, skeleton, sketch_id
 from collectors.tir import trace_json
 from collectors.hardware import HARDWARE_KEY_RE, cpu_hardware, cuda_hardware_of, detect_hardware, slug
 
-from collectors.workloads import matmul as te_matmul
+from tests.helpers.workloads import matmul as te_matmul
 
 
 def test_fast_import_registers_x86_only_in_a_fresh_process():
@@ -44,7 +44,7 @@ def test_sketch_id_ignores_decisions_and_rejects_other_programs(matmul_mod, cpu_
     other = design_space(te_matmul(32, 48, 16), cpu_hw)
     # Same structure on other extents still matches (extents live in decisions / the program).
     assert sketch_id(other[0], a) in (0, 1, 2)
-    from collectors.workloads import relu as te_relu
+    from tests.helpers.workloads import relu as te_relu
 
     relu = design_space(te_relu(), cpu_hw)
     assert sketch_id(relu[0], a) == -1

@@ -41,7 +41,7 @@ def test_an_imported_metaschedule_database_lands_under_the_live_key(tmp_path):
 
     from collectors.ms_database import import_ms
     from collectors.sketches import design_space
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
     from storage import Corpus
 
     target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 4}
@@ -97,7 +97,7 @@ def test_measuring_or_checking_foreign_code_fails_before_anything_runs(tmp_path)
     from collectors.tasks import Task
     from collectors.tir import workload_key
     from collectors.tuner import TuneConfig, tune_task
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     foreign = cpu_hardware(_foreign_cpu(), 2)
     mod = matmul(16, 16, 16)

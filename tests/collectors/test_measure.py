@@ -51,6 +51,7 @@ def _run(ms, runner, artifact, mod):
     return runner.run([ms.runner.RunnerInput(artifact, "cpu", info)])[0].result()
 
 
+@pytest.mark.timing
 def test_same_latency_as_metaschedules_local_builder_and_runner(cpu_hw, tmp_path):
     """One schedule, built and timed both ways, alternately, several times: the fastest timings
     agree (the fastest is the least disturbed; on this shared VM one path's median was once
@@ -60,7 +61,7 @@ def test_same_latency_as_metaschedules_local_builder_and_runner(cpu_hw, tmp_path
     from collectors.correctness import make_reference
     from collectors.fast_import import install
     from collectors.tuner import runner_initializer
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     mod = _tuned_schedule(matmul(256, 256, 256), cpu_hw)
     target = cpu_hw.tvm_target()
@@ -86,6 +87,7 @@ def test_same_latency_as_metaschedules_local_builder_and_runner(cpu_hw, tmp_path
     assert 0.85 < ratio < 1.18, (ours, theirs)
 
 
+@pytest.mark.slow
 def test_failures_are_errors_not_latencies(cpu_hw, tmp_path):
     """A build that fails, a wrong answer, a crash and a hang each come back as the candidate's
     error; the candidates after them are measured normally."""
@@ -93,7 +95,7 @@ def test_failures_are_errors_not_latencies(cpu_hw, tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
     from collectors.correctness import make_reference
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     target = cpu_hw.tvm_target()
     mm = matmul(16, 16, 16)
@@ -124,10 +126,13 @@ def test_failures_are_errors_not_latencies(cpu_hw, tmp_path):
     assert after.error_msg is None and float(after.run_secs[0]) > 0
 
 
+@pytest.mark.slow
 def test_no_worker_process_is_left_behind(tmp_path):
     """A process that tuned with the pool builder and checked runner leaves no child running
     once it exits (the pools are stopped at exit), and an explicit shutdown stops them at once."""
     import psutil
+
+    from tests.helpers import subprocess_env
 
     code = """
 import json, psutil
@@ -135,7 +140,7 @@ from collectors.hardware import detect_hardware
 from collectors.tasks import Task
 from collectors.tir import workload_key
 from collectors.tuner import TuneConfig, tune_task
-from collectors.workloads import matmul
+from tests.helpers.workloads import matmul
 mod = matmul(32, 32, 32)
 tune_task(Task(workload_key(mod), "mm32", mod), detect_hardware("cpu"),
           TuneConfig(trials=2, trials_per_iter=2, strategy="replay-trace"))
@@ -145,7 +150,8 @@ tune_task(Task(workload_key(mod), "mm32", mod), detect_hardware("cpu"),
 again = [p.pid for p in psutil.Process().children(recursive=True)]
 print("KIDS", json.dumps({"first": kids, "again": again}))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=subprocess_env())
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("KIDS ")]
     assert out.returncode == 0 and line, out.stderr[-3000:]
     kids = json.loads(line[0][5:])
@@ -161,7 +167,7 @@ def test_explicit_shutdown_stops_the_workers(cpu_hw):
 
     from collectors.builder import shutdown_builders
     from collectors.runner import shutdown_runners
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     (b,) = make_pool_builder(max_workers=1).build(_inputs(ms, [matmul(8, 8, 8)], cpu_hw.tvm_target()))
     assert b.error_msg is None

@@ -15,14 +15,7 @@ from collectors.rules import rule_schedule
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 
 
-@pytest.fixture(scope="module")
-def host():
-    from collectors.hardware import detect_hardware
-
-    return detect_hardware("cpu")
-
-
-def test_every_zoo_task_gets_a_valid_rule_schedule(host):
+def test_every_zoo_task_gets_a_valid_rule_schedule(cpu_hw):
     from collectors.tasks import task_from_index
     from storage import Corpus
 
@@ -31,55 +24,58 @@ def test_every_zoo_task_gets_a_valid_rule_schedule(host):
     assert len(tasks) >= 200
     tiled = 0
     for t in tasks:
-        r = rule_schedule(t, host)  # raises when no sketch's rule program passes the postprocessors
+        r = rule_schedule(t, cpu_hw)  # raises when no sketch's rule program passes the postprocessors
         assert r.schedule is not None, t.task_name
         tiled += any(isinstance(d, list) and len(d) == 4 for d in r.decisions.values())
     assert tiled >= 50, "matmul and conv2d tasks get multi-level tiles"
 
 
-def test_rule_schedules_of_every_small_zoo_task_compute_the_right_answer(host):
+@pytest.mark.slow
+def test_rule_schedules_of_every_small_zoo_task_compute_the_right_answer(cpu_hw):
     """Every task of the six zoo models' small variants (same operators, small shapes), built,
     run and checked against the unscheduled program."""
     from collectors.tasks import tasks_for_models
     from collectors.tuner import measure_schedules
     from collectors.zoo import MODEL_NAMES
 
-    tasks = tasks_for_models(list(MODEL_NAMES), host, small=True)
+    tasks = tasks_for_models(list(MODEL_NAMES), cpu_hw, small=True)
     assert len(tasks) >= 50
     wrong = []
     for task in tasks:
         recs: list = []
-        measure_schedules(task, host, [rule_schedule(task, host).schedule], tuner="rules", on_records=recs.extend)
+        measure_schedules(task, cpu_hw, [rule_schedule(task, cpu_hw).schedule], tuner="rules", on_records=recs.extend)
         if recs[0].error is not None:
             wrong.append((task.task_name, recs[0].error[:200]))
     assert not wrong, wrong
 
 
-def test_rule_schedules_compute_the_right_answer(host):
+def test_rule_schedules_compute_the_right_answer(cpu_hw):
     from collectors.tuner import measure_schedules
-    from tests.tlm.helpers import conv_mod, make_task, matmul_relu_mod, softmax_mod
+    from tests.helpers.workloads import conv_mod, make_task, matmul_relu_mod, softmax_mod
 
+    checked = []
     for mod, name, kind in ((matmul_relu_mod(), "fused_matmul_relu", "matmul"), (conv_mod(), "conv2d", "conv2d"),
                             (softmax_mod(), "softmax", "softmax")):
         task = make_task(mod, name, kind)
-        r = rule_schedule(task, host)
-        assert r.schedule_s < 30
+        r = rule_schedule(task, cpu_hw)
         recs: list = []
-        measure_schedules(task, host, [r.schedule], tuner="rules", on_records=recs.extend)
-        assert recs[0].error is None and recs[0].latency_s > 0, (name, recs[0].error)
+        measure_schedules(task, cpu_hw, [r.schedule], tuner="rules", on_records=recs.extend)
+        assert len(recs) == 1 and recs[0].error is None and recs[0].latency_s > 0, (name, recs[0].error)
+        checked.append(name)
+    assert len(checked) == 3
 
 
-def test_the_same_task_gets_the_same_rule_schedule(host):
-    from tests.tlm.helpers import make_task, matmul_relu_mod
+def test_the_same_task_gets_the_same_rule_schedule(cpu_hw):
+    from tests.helpers.workloads import make_task, matmul_relu_mod
 
     task = make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul")
-    a, b = rule_schedule(task, host), rule_schedule(task, host)
+    a, b = rule_schedule(task, cpu_hw), rule_schedule(task, cpu_hw)
     assert a.decisions == b.decisions and a.schedule.mod.script() == b.schedule.mod.script()
 
 
 def test_cuda_is_refused_with_a_pointer_to_dlight():
     from collectors.hardware import Hardware
-    from tests.tlm.helpers import make_task, matmul_relu_mod
+    from tests.helpers.workloads import make_task, matmul_relu_mod
 
     gpu = Hardware(key="cuda-sm_90-test", kind="cuda", arch="sm_90", cores=132, vector_bits=1024,
                    target={"kind": "cuda", "arch": "sm_90"}, description="test")

@@ -49,7 +49,9 @@ def test_record_traces_reapply_to_the_same_correct_program(tuned, matmul_mod, cp
 
     _, batches, _ = tuned
     ref = make_reference(matmul_mod, seed=1)
-    for rec in [r for b in batches for r in b][:4]:
+    recs = [r for b in batches for r in b][:4]
+    assert len(recs) == 4
+    for rec in recs:
         trace = json.loads(rec.trace_json)
         first, second = Schedule(matmul_mod), Schedule(matmul_mod)
         Trace.apply_json_to_schedule(trace, first)
@@ -62,7 +64,7 @@ def test_record_traces_reapply_to_the_same_correct_program(tuned, matmul_mod, cp
 
 
 def test_wrong_program_is_caught_in_process(matmul_mod, cpu_hw):
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     ref = make_reference(matmul_mod, seed=0)
     assert check_schedule(matmul_mod, ref, cpu_hw) is None
@@ -133,7 +135,7 @@ def test_reference_runs_the_same_arithmetic_as_the_serial_program(matmul_mod):
 
 def test_wrong_answers_during_tuning_are_errors_not_latencies(cpu_hw, monkeypatch, tmp_path):
     """Tune against a corrupted reference: the runner's check must reject every candidate."""
-    from collectors.workloads import matmul
+    from tests.helpers.workloads import matmul
 
     real = make_reference
 
@@ -177,7 +179,7 @@ def test_a_space_without_decisions_is_measured_as_it_is(cpu_hw):
     """An elementwise task's sketches sample nothing: each is built, run, checked and recorded
     once, through the same builder, runner and records as a search."""
     from collectors.sketches import design_space
-    from collectors.workloads import relu
+    from tests.helpers.workloads import relu
 
     mod = relu(4096)
     sketches = design_space(mod, cpu_hw)

@@ -9,6 +9,7 @@ from collectors.tasks import extract_tasks, import_relax, op_kind_of, register_t
 from collectors.zoo import MODEL_NAMES, build_model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_zoo_model_exports_extracts_and_matches_pytorch(name, cpu_hw):
     import torch

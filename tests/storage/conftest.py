@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from tests.storage.helpers import make_records
-from tests.pg import fresh_pg_database
+from tests.helpers.records import make_records
+from tests.helpers.pg import fresh_pg_database
 
 PG_ENV = "TLM_TEST_PG_URL"
 HW = "cpu-znver4-2c"

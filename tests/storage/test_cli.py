@@ -6,7 +6,7 @@ import json
 
 from cluster.cli import main
 from storage import Corpus
-from tests.storage.helpers import HW, make_records
+from tests.helpers.records import HW, make_records
 
 
 def test_stats_verify_reindex(tmp_path, capsys):

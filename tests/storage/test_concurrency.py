@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from storage import Corpus
-from tests.storage.helpers import check_consistent, make_records
+from tests.helpers.records import check_consistent, make_records
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]  # worker subprocesses import tests.helpers from here
 WORKERS = 4
 PER_WORKER = 160  # records per worker; worker w covers ids [w*60, w*60 + 160): heavy overlap
 BATCH = 20
@@ -24,7 +24,7 @@ def test_concurrent_appends_lose_and_duplicate_nothing(corpus_root, index_url):
         import random, sys, time
         sys.path.insert(0, {here!r})
         from storage import Corpus
-        from helpers import make_records  # tests/storage/helpers.py
+        from tests.helpers.records import make_records
         w = int(sys.argv[1])
         recs = make_records({per}, start=w * 60)
         random.Random(w).shuffle(recs)
@@ -36,7 +36,7 @@ def test_concurrent_appends_lose_and_duplicate_nothing(corpus_root, index_url):
             stored += r.rows
             dup += r.duplicates
         print(stored, dup)
-    """).format(here=str(HERE), per=PER_WORKER, root=str(root), url=index_url, start_at=start_at, batch=BATCH)
+    """).format(here=str(ROOT), per=PER_WORKER, root=str(root), url=index_url, start_at=start_at, batch=BATCH)
     procs = [subprocess.Popen([sys.executable, "-c", code, str(w)], stdout=subprocess.PIPE, text=True)
              for w in range(WORKERS)]
     outs = [p.communicate(timeout=300)[0] for p in procs]

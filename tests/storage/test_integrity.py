@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from storage import Corpus
-from tests.storage.helpers import HW, check_consistent, index_snapshot, local_dir, make_records
+from tests.helpers.records import HW, check_consistent, index_snapshot, local_dir, make_records
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]  # worker subprocesses import tests.helpers from here
 
 
 def _first_part(corpus) -> Path:
@@ -93,7 +93,7 @@ WORKER = textwrap.dedent(
     sys.path.insert(0, {here!r})
     import storage.corpus, storage.parts
     from storage import Corpus
-    from tests.storage.helpers import make_records
+    from tests.helpers.records import make_records
 
     c = Corpus.open({root!r}, index_url={url!r})
     c.append(make_records(20))            # committed before the crash
@@ -116,7 +116,7 @@ WORKER = textwrap.dedent(
 
 def _run_and_kill(tmp_path, root, url, phase) -> None:
     ready = tmp_path / "ready"
-    code = WORKER.format(here=str(HERE), root=str(root), url=url, ready=str(ready), phase=phase)
+    code = WORKER.format(here=str(ROOT), root=str(root), url=url, ready=str(ready), phase=phase)
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.time() + 60
     while not ready.exists():
@@ -180,9 +180,9 @@ def test_killed_at_a_random_moment(corpus_root):
     Corpus.open(root).close()
     code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(HERE)!r})
+        sys.path.insert(0, {str(ROOT)!r})
         from storage import Corpus
-        from helpers import make_records  # tests/storage/helpers.py
+        from tests.helpers.records import make_records
         c = Corpus.open({str(root)!r})
         i = 0
         while True:

@@ -118,7 +118,7 @@ def test_best_latencies_are_the_fastest_success_per_workload_from_the_index(corp
 def test_parts_readable_without_our_code(corpus, records):
     corpus.append(records(12))
     corpus.append(records(8, hardware="cuda-sm_90-h200", start=100))
-    from tests.storage.helpers import local_dir
+    from tests.helpers.records import local_dir
 
     root = local_dir(corpus)
     dset = ds.dataset(root, format="parquet", partitioning="hive", ignore_prefixes=[".", "_", "quarantine", "index"])

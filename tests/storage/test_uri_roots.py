@@ -17,7 +17,7 @@ import pytest
 import storage.parts
 from storage import Corpus, CorpusError
 from storage.corpus import TOP_CACHE
-from tests.storage.helpers import HW, check_consistent, local_dir, make_records
+from tests.helpers.records import HW, check_consistent, local_dir, make_records
 
 OTHER_HW = "cuda-sm_90-h200"
 

@@ -1,48 +1,11 @@
-"""Fixtures of the tensor-language tests: small TE workloads as Tasks, CPU and CUDA hardware.
-
-The workloads (tests/tlm/helpers.py) cover what CPU sketches sample: multi-level tiling
-(matmul, conv2d: perfect tiles, unroll categorical, parallel annotation) and fused reductions
-(softmax: compute locations).
-
-Two kinds of CPU hardware, never mixed up:
-- ``cpu_hw`` is this host (detected), as everywhere in the suite: programs built for it are run
-  and checked for the right answer;
-- ``znver4_hw`` is a fixed AMD Zen 4 target: tests that mean fixed prompt words or records
-  measured on Zen 4 use it, say so in their name, and only encode, decode and lower for it
-  (running it could be an illegal instruction on another CPU).
-"""
+"""Fixtures of the tensor-language tests: the small TE workloads (tests/helpers/workloads.py)
+as Tasks. The hardware fixtures (``cpu_hw``, ``znver4_hw``, ``cuda_hw``) are suite-wide
+(tests/conftest.py)."""
 from __future__ import annotations
 
 import pytest
 
-from tests.tlm.helpers import conv_mod, make_task, matmul_relu_mod, softmax_mod
-
-
-@pytest.fixture(scope="session")
-def cpu_hw():
-    """This host's CPU: what tests run and measure on."""
-    from collectors.hardware import detect_hardware
-
-    return detect_hardware("cpu")
-
-
-@pytest.fixture(scope="session")
-def znver4_hw():
-    """A fixed 2-core AMD Zen 4 (AVX-512) target: for encoding, decoding and lowering only."""
-    from collectors.hardware import hardware_from_index
-
-    return hardware_from_index("cpu-znver4-2c", {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, "test CPU")
-
-
-@pytest.fixture(scope="session")
-def cuda_hw():
-    from collectors.hardware import Hardware
-
-    return Hardware(key="cuda-sm_90-test", kind="cuda", arch="sm_90", cores=132, vector_bits=1024,
-                    target={"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
-                            "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
-                            "host": {"kind": "llvm"}},
-                    description="test H100-like GPU")
+from tests.helpers.workloads import conv_mod, make_task, matmul_relu_mod, softmax_mod
 
 
 @pytest.fixture(scope="session")

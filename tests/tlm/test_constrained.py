@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tlm.constrained import InvalidProgram, apply_sentence
+from tlm.language import InvalidProgram, apply_sentence
 from tlm.language import EOS, legal_next_tokens, prompt_tokens
-from tlm.space import build_space
+from tlm.language.space import build_space
 
 
 _REFS: dict = {}
@@ -90,7 +90,7 @@ def test_prompt_words_offer_the_sketches(tasks, cpu_hw):
 
 def test_repaired_programs_are_caught(tasks, cpu_hw):
     """The check must be able to fail: a decision TVM silently repairs is reported."""
-    from tlm.constrained import check_trace
+    from tlm.language import check_trace
     from tlm.language import build_trace
 
     task = tasks["matmul"]
@@ -114,7 +114,7 @@ def test_cached_compute_locations_equal_fresh_probes(tasks, cpu_hw, name):
     import random
 
     from tlm.language import DecisionState
-    from tlm.replay import cached_locations, compute_locations
+    from tlm.language.replay import cached_locations, compute_locations
 
     task = tasks[name]
     space = build_space(task, cpu_hw)
@@ -171,7 +171,7 @@ def test_compute_locations_equal_brute_force_probes(tasks, cpu_hw, name):
     """Every location TVM keeps when asked for it directly, and no other, is listed."""
     from tvm.s_tir.schedule import Schedule, Trace
 
-    from tlm.replay import _probe, compute_locations
+    from tlm.language.replay import _probe, compute_locations
 
     task = tasks[name]
     checked = 0

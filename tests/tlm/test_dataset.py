@@ -10,8 +10,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from tlm.dataset import DatasetConfig, build_datasets, dataset_stats
-from tests.tlm.helpers import MEASURED_RECORDS as DATA, measured_corpus
+from tlm.model.dataset import DatasetConfig, build_datasets, dataset_stats
+from tests.helpers.corpora import MEASURED_RECORDS as DATA, measured_corpus
 from tlm.language import decode
 
 
@@ -31,7 +31,7 @@ def built(corpus, tmp_path_factory):
 
 
 def test_znver4_pretraining_sentences_cover_every_task_and_sketch(built, tasks, znver4_hw):
-    from tlm.space import build_space
+    from tlm.language.space import build_space
 
     out, summary = built
     tab = pq.read_table(out / "pretrain.parquet").to_pylist()
@@ -47,7 +47,9 @@ def test_znver4_pretraining_sentences_cover_every_task_and_sketch(built, tasks, 
 def test_znver4_held_out_model_workloads_are_the_test_split(built, tasks):
     out, _ = built
     for f in ("pretrain.parquet", "finetune.parquet"):
-        for r in pq.read_table(out / f).to_pylist():
+        rows = pq.read_table(out / f).to_pylist()
+        assert {r["split"] for r in rows} == {"train", "test"}, f  # both splits are there
+        for r in rows:
             expect = "test" if r["workload_key"] == tasks["softmax"].workload_key else "train"
             assert r["split"] == expect
 
@@ -94,10 +96,14 @@ def test_znver4_cli_build_and_stats(corpus, tmp_path, capsys):
     assert main(["dataset", "stats", str(out)]) == 0
     text = capsys.readouterr().out
     assert "length histogram" in text and "word coverage" in text
-    assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(out)]) == 1
-    assert main(["dataset", "stats", str(tmp_path / "missing")]) == 1
+    # a directory that already holds a dataset, or none to read: the user's mistake, one line, exit 2
+    assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(out)]) == 2
+    assert "error:" in capsys.readouterr().err
+    assert main(["dataset", "stats", str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_znver4_sets_load_with_ray_data(built):
     """The trainer reads the sets with Ray Data: same rows, text column intact, splits filterable."""
     import ray
@@ -107,8 +113,10 @@ def test_znver4_sets_load_with_ray_data(built):
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    read = []
     try:
         for name in ("pretrain.parquet", "finetune.parquet"):
+            read.append(name)
             table = pq.read_table(out / name)
             ds = ray.data.read_parquet(str(out / name))
             assert ds.count() == table.num_rows > 0
@@ -119,3 +127,4 @@ def test_znver4_sets_load_with_ray_data(built):
     finally:
         if started:
             ray.shutdown()
+    assert len(read) == 2

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from tlm.constrained import apply_sentence, make_logits_processor
+from tlm.language import apply_sentence
+from tlm.service.constrained import make_logits_processor
 from tlm.language import EOS, prompt_tokens
-from tlm.space import build_space
-from tlm.tokenizer import build_tokenizer
+from tlm.language.space import build_space
+from tlm.model.tokenizer import build_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,7 @@ def test_random_model_generates_only_valid_programs(tiny_lm, tasks, cpu_hw, name
     task = tasks[name]
     space = build_space(task, cpu_hw)
     prompts = [prompt_tokens(space, sk) for sk in space.sketches[:3]]
+    assert prompts
     batch = tok([" ".join(p) for p in prompts], return_tensors="pt", padding=True)
     width = batch["input_ids"].shape[1]
     proc = make_logits_processor(tok, task, cpu_hw, prompts, width)

@@ -7,9 +7,9 @@ import random
 import pytest
 from tvm.s_tir.schedule import Schedule
 
-from tlm.constrained import apply_sentence
+from tlm.language import apply_sentence
 from tlm.language import EOS, LanguageError, legal_next_tokens, live_sketches, prompt_tokens, read_decisions
-from tlm.space import build_space
+from tlm.language.space import build_space
 
 pytestmark = pytest.mark.slow  # the CUDA tensor intrinsics import costs ~15-60 s once
 
@@ -39,7 +39,7 @@ def test_legal_walks_are_valid_gpu_programs(tasks, cuda_hw, name):
     """Every constrained CUDA walk keeps its thread/pipeline groups in range, allocates the
     shared memory the model predicts (compared with the lowered program) within the target's
     limit, and passes every postprocessor, VerifyGPUCode included, without repair."""
-    from tests.tlm.helpers import lowered_shared_bytes
+    from tests.helpers.language import lowered_shared_bytes
 
     task = tasks[name]
     space = build_space(task, cuda_hw)
@@ -65,10 +65,11 @@ def test_legal_walks_are_valid_gpu_programs(tasks, cuda_hw, name):
 def test_big_tasks_have_shared_memory_and_pipelines(tasks, cuda_hw):
     """The big workloads exercise every limit: shared cache reads are modelled and some sketch
     pipelines its copies (unconstrained, a third of random programs break a limit)."""
-    from tlm.gpu import PIPELINE_AXIS
+    from tlm.language.gpu import PIPELINE_AXIS
 
     for name in ("matmul_big", "conv2d_big"):
         sketches = build_space(tasks[name], cuda_hw).sketches
+        assert any("CacheRead" in sk.kinds for sk in sketches), name
         assert all(sk.shared_memory is not None for sk in sketches if "CacheRead" in sk.kinds)
         assert any(g.axis == PIPELINE_AXIS for sk in sketches for g in sk.thread_groups)
 
@@ -76,7 +77,7 @@ def test_big_tasks_have_shared_memory_and_pipelines(tasks, cuda_hw):
 def test_a_sketch_without_valid_programs_is_never_offered(cuda_hw):
     """A sketch that fails whatever its decisions is dead: not offered in the prompt, and a
     prompt that names it gets one clear error instead of a walk to an invalid program."""
-    from tests.tlm.helpers import make_task, reshape_split_mod
+    from tests.helpers.workloads import make_task, reshape_split_mod
     from collectors.sketches import refusing_postproc
 
     task = make_task(reshape_split_mod(), "fused_reshape_split", "layout")
@@ -94,7 +95,7 @@ def _fp16_matmul_task(n: int = 256):
     import tvm
     from tvm import te
 
-    from tests.tlm.helpers import make_task
+    from tests.helpers.workloads import make_task
 
     a = te.placeholder((n, n), name="A", dtype="float16")
     b = te.placeholder((n, n), name="B", dtype="float16")
@@ -108,7 +109,7 @@ def test_tensor_core_walks_are_valid_gpu_programs(cuda_hw):
     tiled threadIdx.y is bounded by the limits / 32), the copies go through shared.dyn (whose
     merged allocation the model emulates) and a transposed copy may vectorise at most 4
     lanes. Every constrained walk passes every postprocessor; the model is the lowered size."""
-    from tests.tlm.helpers import lowered_shared_bytes
+    from tests.helpers.language import lowered_shared_bytes
 
     task = _fp16_matmul_task()
     space = build_space(task, cuda_hw)
@@ -133,7 +134,7 @@ def test_every_valid_tensor_core_sample_is_a_sentence(cuda_hw):
     its postprocessors accept decodes through the legal words (exact round trip)."""
     from tvm.s_tir.schedule import Trace
 
-    from tests.tlm.helpers import assert_round_trip
+    from tests.helpers.language import assert_round_trip
     from collectors.sketches import refusing_postproc
 
     task = _fp16_matmul_task(256)

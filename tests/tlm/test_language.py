@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from tests.tlm.helpers import assert_round_trip, sample_traces, sampling_decisions
+from tests.helpers.language import assert_round_trip, sample_traces, sampling_decisions
 from tlm.language import LanguageError, decode, encode
-from tlm.space import build_space
+from tlm.language.space import build_space
 
 
 @pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d"])
@@ -139,8 +139,8 @@ def test_space_lists_every_sketch_and_its_choices(tasks, cpu_hw):
 
 
 def test_the_znver4_docstring_example_is_what_encode_writes(tasks, znver4_hw):
-    import tlm.language as L
-    from tlm.space import build_space
+    import tlm.language.sentences as L
+    from tlm.language.space import build_space
 
     doc = L.__doc__
     example = doc[doc.index("(line breaks added)::") + len("(line breaks added)::"): doc.index("It reads:")]

@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings, strategies as st
 
 from tlm.language import tile_factor_values
-from tlm.space import Choice
+from tlm.language.space import Choice
 
 
 def walk_all(choice: Choice, extent: int) -> set[tuple[int, ...]]:
@@ -59,7 +59,7 @@ def test_partitioned_tile_domain_is_exact(extent, n, data):
 def walk_tiles(tiles: list[Choice], groups, smem=None) -> set[tuple]:
     """Every factorisation a walk over ``tiles`` (in order) with the GPU filter reaches,
     asserting that no legal prefix is a dead end."""
-    from tlm.gpu import feasible_factors
+    from tlm.language.gpu import feasible_factors
 
     table = {c.inst_index: (c.n, c.extent, c.max_innermost) for c in tiles}
     found: set = set()
@@ -90,7 +90,7 @@ def walk_tiles(tiles: list[Choice], groups, smem=None) -> set[tuple]:
 def test_thread_group_filter_is_exact(e0, e1, lo, span, vmax):
     """Walking tiles with the GPU filter reaches exactly the factorisations whose thread and
     vthread products are in range, with no dead ends."""
-    from tlm.gpu import ThreadGroup
+    from tlm.language.gpu import ThreadGroup
 
     hi = lo + span
     t0, t1 = Choice(10, "tile", n=3, max_innermost=64, extent=e0), Choice(20, "tile", n=3, max_innermost=64, extent=e1)
@@ -109,8 +109,8 @@ def test_shared_memory_filter_is_exact(e0, e1, e2, lo, pipe, limit, inner):
     """With a shared-memory limit (a conv-like ``x[i, k, y + r]`` access, thread-bound and
     inner levels relaxed), a pipelined loop (extent >= 2) and a thread range, the walk reaches
     exactly the factorisations whose footprint fits, with no dead ends."""
-    from tlm.gpu import NO_LIMIT, PIPELINE_AXIS, ThreadGroup
-    from tlm.shared_memory import SharedBuffer, SharedMemory, span
+    from tlm.language.gpu import NO_LIMIT, PIPELINE_AXIS, ThreadGroup
+    from tlm.language.shared_memory import SharedBuffer, SharedMemory, span
 
     ti = Choice(10, "tile", n=3, max_innermost=inner, extent=e0)  # spatial: block, thread, inner
     tk = Choice(20, "tile", n=2, max_innermost=inner, extent=e1)  # reduction: outer, inner

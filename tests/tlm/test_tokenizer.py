@@ -1,10 +1,10 @@
 """Tokenizer: the language's vocabulary, save/load, unknown-word fallback."""
 from __future__ import annotations
 
-from tests.tlm.helpers import sample_traces
+from tests.helpers.language import sample_traces
 from tlm.language import encode
-from tlm.numbers import MAX_WORD
-from tlm.tokenizer import build_tokenizer, language_vocabulary, load_tokenizer, unknown_words
+from tlm.language.numbers import MAX_WORD
+from tlm.model.tokenizer import build_tokenizer, language_vocabulary, load_tokenizer, unknown_words
 
 
 def test_vocabulary_is_defined_by_the_language_not_a_corpus():

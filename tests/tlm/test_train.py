@@ -8,10 +8,12 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from tests.tlm.helpers import sentence_sets
-from tlm.model import PRESETS, build_model, context_length, decision_logprobs, load_model, model_config
-from tlm.tokenizer import build_tokenizer
-from tlm.train import IGNORE, LocalSession, batch_encoding, TrainConfig, encode_batch, masked_loss, train_loop_per_worker
+from tests.helpers.corpora import sentence_sets
+from tlm.model.scoring import decision_logprobs
+from tlm.model.network import PRESETS, build_model, context_length, load_model, model_config
+from tlm.model.tokenizer import build_tokenizer
+from tlm.model.batching import IGNORE, batch_encoding, encode_batch, masked_loss
+from tlm.model.train import LocalSession, TrainConfig, train_loop_per_worker
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,7 @@ def _enc(tok, max_len=512):
 
 def test_labels_are_the_decision_tokens_only(sets, tok):
     rows = sets["train"][:3]
+    assert len(rows) == 3
     b = encode_batch([r["text"] for r in rows], [r["prompt_len"] for r in rows], **_enc(tok))
     for i, r in enumerate(rows):
         n, p = len(r["text"].split()), r["prompt_len"]

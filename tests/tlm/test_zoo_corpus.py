@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.tlm.helpers import record_round_trip
-from tlm.dataset import DatasetConfig, build_datasets, load_hardware, load_tasks
+from tests.helpers.language import record_round_trip
+from tlm.model.dataset import DatasetConfig, build_datasets, load_hardware, load_tasks
 
 DATA = Path(__file__).parent / "data" / "zoo_corpus.json.gz"
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="zoo corpus test data not collected")
+
+
+def test_the_zoo_corpus_test_data_is_there():
+    assert DATA.exists(), f"{DATA} is missing (checked-in test data: git checkout -- {DATA.name})"
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tlm.generate import generate
-from tlm.model import build_model, model_config
-from tlm.tokenizer import build_tokenizer
+from tlm.service.generator import generate
+from tlm.model.network import build_model, model_config
+from tlm.model.tokenizer import build_tokenizer
+
+pytestmark = pytest.mark.slow  # every zoo task of six models: ~2 minutes
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 
