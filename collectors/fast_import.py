@@ -1,4 +1,4 @@
-"""CPU-only fix for the slow ``import tvm.s_tir.tensor_intrin`` (FACTS-tvm-ray.md).
+"""CPU-only fix for the slow ``import tvm.s_tir.tensor_intrin`` (docs/STACK.md).
 
 ``TuneContext`` and every fresh ``LocalBuilder`` worker import ``tvm.s_tir.tensor_intrin``,
 which registers the tensor intrinsics of every backend and takes ~16 s, 12 s of which are

@@ -1,6 +1,6 @@
 """Hardware identity: one measurement platform, named by a derived key.
 
-A key is derived from what the machine is, never typed by hand (DESIGN.md section 3):
+A key is derived from what the machine is, never typed by hand (docs/ARCHITECTURE.md, "Hardware identity"):
 ``cpu-<mcpu>-<N>c`` for a CPU (LLVM's ``mcpu`` and the core count used for tuning) and
 ``cuda-<sm_XX>-<gpu name slug>`` for a GPU. Two machines with the same CPU model and core
 count get the same key, so their measurements pool.

@@ -4,7 +4,7 @@ A *sketch* is a schedule whose trace holds every instruction the target's defaul
 rules apply (post-order-apply over the blocks), with one random decision per sampling
 instruction. Tuning only ever changes those decisions (and the parallel extent MutateParallel
 rewrites), so the *instruction skeleton* of a measured trace tells which sketch it came from:
-:func:`sketch_id`. The tensor language (tlm/space.py) builds its prompts on these sketches.
+:func:`sketch_id`. The tensor language (tlm/language/space.py) builds its prompts on these sketches.
 
 Validity is MetaSchedule's own: a replayed schedule is a valid program when every
 postprocessor of the target accepts it (:func:`refusing_postproc`). The tuner, the tensor

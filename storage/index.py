@@ -1,6 +1,6 @@
 """The SQL index of the corpus (SQLAlchemy Core): what exists, where, and how fast.
 
-Tables (DESIGN.md section 5, plus what docs/CONTRACTS.md needs):
+Tables (docs/ARCHITECTURE.md, "Storage", and docs/CONTRACTS.md):
 
 - ``schema_version(version)``: one row. Code refuses an index whose version is newer than
   ``SCHEMA_VERSION`` (:class:`IndexVersionError`) and upgrades an older one in place.
@@ -16,7 +16,7 @@ Tables (DESIGN.md section 5, plus what docs/CONTRACTS.md needs):
   rows is bound by how many b-tree pages a batch dirties (measured: 42k rows/s with text keys,
   93k rows/s compact, index 363 MB -> 162 MB): ``record_id`` as 16 bytes, ``workload_key`` as a
   signed 64-bit int, the hardware key as ``hw_id`` into ``hardware_ids(hw_id, key)``, and
-  DESIGN.md's ``part_path`` once in ``parts``. ``id_to_db``/``wk_to_db`` and inverses convert.
+  the part's path once in ``parts``. ``id_to_db``/``wk_to_db`` and inverses convert.
   Index ``ix_records_topk(workload_key, hw_id, latency_s)`` makes ``top_k`` an index range scan.
 - ``top_payloads(record_id, payload)``: a cache of whole records (JSON) for the fastest
   ``TOP_CACHE`` records of each (workload, hardware) at the time they were appended, written in
