@@ -1,0 +1,42 @@
+"""The quality benchmark's judging rules, checked on tiny tasks: a MetaSchedule reference search
+runs once and is re-used from its cache (by workload, hardware key, budget and seed), and a
+model is refused on tasks of a zoo model it was not held out from."""
+from __future__ import annotations
+
+import pytest
+
+from bench.judging import check_unseen
+from bench.references import cache_path, reference_search
+from tests.helpers.workloads import make_task, matmul
+
+
+def test_a_reference_search_runs_once_then_comes_from_its_cache(cpu_hw, tmp_path, monkeypatch):
+    import collectors.judge as judge
+
+    task = make_task(matmul(32, 32, 32), "mm32", "matmul")
+    first = reference_search(task, cpu_hw, 4, budgets=(2,), cache_dir=str(tmp_path))
+    path = cache_path(task.workload_key, cpu_hw.key, 4, 0, str(tmp_path))
+    assert path.endswith(f"{cpu_hw.key}/{task.workload_key}-t4-s0.json")
+    assert set(first.traces) == {"ms_2", "ms_4"}
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched again instead of using the cache")
+
+    monkeypatch.setattr(judge, "search_methods", no_search)
+    again = reference_search(task, cpu_hw, 4, budgets=(2,), cache_dir=str(tmp_path))
+    assert again.traces == first.traces and again.wall_s == first.wall_s
+    # rebuilt from the stored traces: the same scheduled programs, ready to be re-measured
+    for name in ("ms_2", "ms_4"):
+        assert again.methods[name].schedules[0].mod.script() == first.methods[name].schedules[0].mod.script()
+    with pytest.raises(AssertionError, match="searched again"):  # another seed is another search
+        reference_search(task, cpu_hw, 4, budgets=(2,), seed=1, cache_dir=str(tmp_path))
+
+
+def test_a_model_is_refused_on_tasks_of_a_model_it_was_trained_on():
+    task = make_task(matmul(8, 8, 8), "mm8", "matmul")
+    task.weights = {"mobilenetv2": 2, "vit_b16_layer": 1}
+    check_unseen("m", {"held_out_models": ["mobilenetv2", "bert_base"]}, [task])  # the ViT layer is outside the zoo
+    with pytest.raises(ValueError, match="not held out from mobilenetv2"):
+        check_unseen("m", {"held_out_models": ["bert_base"]}, [task])
+    with pytest.raises(ValueError, match="none recorded"):
+        check_unseen("m", {}, [task])
