@@ -11,8 +11,10 @@ imports heavy libraries inside its ``func``, never at module level. What the com
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import sys
 import traceback
 import warnings
@@ -57,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`tlm runs | head`): not an error of ours
+        with contextlib.suppress(OSError, ValueError):  # and no second error when Python flushes at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("interrupted: everything measured so far is kept; run the same command to resume",
               file=sys.stderr)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 
-
 from cluster.cli import main
 from storage import Corpus
 from tests.helpers.records import HW, make_records
@@ -58,3 +57,18 @@ def test_stats_and_verify_of_a_uri_root(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["records"] == 12
     assert main(["corpus", "verify", "--corpus", uri, "--index-url", index]) == 0
     assert capsys.readouterr().out.strip().endswith("OK")
+
+
+def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
+    """`tlm corpus stats | head -1`: the pipe closes before tlm writes; no traceback, exit 0."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "c"
+    with Corpus.open(root) as c:
+        c.append(make_records(10))
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "corpus", "stats", "--corpus", str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before anything is written
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]
