@@ -85,6 +85,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
 
     from rich.console import Console
 
+    from collectors.compile import compile_model
     from collectors.tasks import extract_tasks, import_relax
     from tlm.service.whole_model import database_of
 
@@ -104,8 +105,6 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     times["generate_s"] = sum(c.generate_s for c in chosen)
     times["measure_s"] = sum(c.measure_s for c in chosen)
     t1 = time.perf_counter()
-    from collectors.compile import compile_model
-
     tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
     times["build_s"] = time.perf_counter() - t1
     times["total_s"] = time.perf_counter() - t0
