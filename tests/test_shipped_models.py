@@ -51,3 +51,14 @@ def test_a_shipped_model_writes_valid_schedules_for_a_corpus_task(info, tmp_path
         w = next(w for w in c.workloads() if w["task_name"] == "conv2d3" and "mobilenetv2" in (w.get("models") or {}))
     g = generate(task_from_index(w), detect_hardware("cpu"), model, tok, k=2)
     assert len(g.candidates) == 2 and all(c.schedule is not None for c in g.candidates)
+
+
+def test_the_catalog_finds_the_shipped_models_without_being_told_where():
+    """What `tlm demo`, `tlm compile` and `bench.quality` fall back on: the catalog's default is
+    this repository's models/ (a move of the catalog once left it pointing at tlm/models, and the
+    demo silently trained a tiny model from scratch instead)."""
+    from tlm.service.catalog import SHIPPED_MODELS, pretrained_model, shipped_models
+
+    assert Path(SHIPPED_MODELS).resolve() == MODELS.resolve()
+    assert {m.model_id for m in shipped_models()} == {p.parent.name for p in SHIPPED}
+    assert pretrained_model().model_id in {p.parent.name for p in SHIPPED}

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Where the repository ships its models (``tlm train --base shipped``).
-SHIPPED_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
+#: The repository's models/ (this file is <root>/tlm/service/catalog.py).
+SHIPPED_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models")
 
 
 class NoModel(ValueError):
