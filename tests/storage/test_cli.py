@@ -72,3 +72,23 @@ def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
     proc.stdout.close()  # the reader is gone before anything is written
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]
+
+
+def test_every_command_takes_the_corpus_and_index_from_the_environment(tmp_path, monkeypatch, capsys):
+    """One convention: --corpus defaults to $TLM_CORPUS and --index-url to $TLM_INDEX_URL in every
+    command, so with a shared index in the environment they all read and write the same one."""
+    root, index = tmp_path / "c", f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    with Corpus.open(root, index_url=index) as c:
+        c.append(make_records(5))
+        run_id = c.start_run("collect", {"tuner": "test"})
+    monkeypatch.setenv("TLM_CORPUS", str(root))
+    monkeypatch.setenv("TLM_INDEX_URL", index)
+    capsys.readouterr()
+    assert main(["runs", "--json"]) == 0
+    assert run_id in capsys.readouterr().out
+    assert main(["corpus", "stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 5
+    assert main(["models", "--json"]) == 0
+    monkeypatch.delenv("TLM_INDEX_URL")  # the corpus's own SQLite file: a different index, no runs
+    assert main(["runs", "--json"]) == 0
+    assert run_id not in capsys.readouterr().out
