@@ -220,12 +220,10 @@ def repeat_spread(task: Any, hw: Any, trace_json: str, values: tuple[int, ...], 
     import tvm
     from tvm.driver import build as tvm_build
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
-    from tvm.s_tir.schedule import Schedule, Trace
-
     from collectors.correctness import make_reference
+    from collectors.tir import schedule_of
 
-    sch = Schedule(task.mod)
-    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    sch = schedule_of(task.mod, trace_json)
     lib = tvm_build(sch.mod, target=hw.tvm_target())
     dev = tvm.cpu(0)
     args = [tvm.runtime.tensor(a, device=dev) for a in make_reference(task.mod).inputs]

@@ -37,7 +37,8 @@ def reference_search(task: Any, hardware: Any, trials: int, budgets: Sequence[in
 
     ``budgets`` must be a subset of the cached ones (a search stores every power-of-two budget
     from 64 up to ``trials``, so any of those can be asked later)."""
-    from collectors.judge import Method, Search, schedule_of_trace, search_methods
+    from collectors.judge import Method, Search, search_methods
+    from collectors.tir import schedule_of
 
     path = cache_path(task.workload_key, hardware.key, trials, seed, cache_dir)
     stored = _read(path)
@@ -53,7 +54,7 @@ def reference_search(task: Any, hardware: Any, trials: int, budgets: Sequence[in
         }
         _write(path, stored)
         return search
-    methods = {n: Method([schedule_of_trace(task, b["trace_json"])], b["time_s"])
+    methods = {n: Method([schedule_of(task.mod, b["trace_json"])], b["time_s"])
                for n, b in stored["budgets"].items() if n in wanted}
     return Search(methods, [tuple(p) for p in stored["curve"]], stored["wall_s"],
                   {n: stored["budgets"][n]["trace_json"] for n in methods})

@@ -77,6 +77,7 @@ def main() -> None:
 
     from cluster.cli.serve import start, stop
     from collectors.hardware import check_runs_here, detect_hardware, hardware_for_key
+    from collectors.tir import schedule_of
     from collectors.tuner import TuneConfig, measure_schedules, tune_task
     from tlm.service.catalog import shipped_models
     from tlm.service.generator import generate
@@ -179,7 +180,7 @@ def main() -> None:
             summary = tune_task(t, hw, TuneConfig(trials=args.ms_trials, strategy="evolutionary"))
             ms_s = time.perf_counter() - t0
             recs: list = []
-            best_sch = _schedule_of_trace(t, summary.best_trace_json) if summary.best_trace_json else None
+            best_sch = schedule_of(t.mod, summary.best_trace_json, checked=True) if summary.best_trace_json else None
             measure_schedules(t, hw, [g.candidates[0].schedule] + ([best_sch] if best_sch else []), tuner="bench",
                               on_records=recs.extend)
             row = {"task": t.task_name, "tlm_generate_s": gen_s, "ms_tune_s": ms_s, "ms_trials": args.ms_trials,
@@ -209,12 +210,6 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)
     print(json.dumps(res["ratios"], indent=2))
-
-
-def _schedule_of_trace(task, trace_json_text: str):
-    from tlm.service.whole_model import schedule_of
-
-    return schedule_of(task, json.loads(trace_json_text))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ verified against the reference, not guessed from the name).
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -46,6 +45,7 @@ def search_methods(task: Task, hardware: Hardware, trials: int, budgets: Sequenc
     """MetaSchedule's evolutionary search, one run of ``trials``: ``ms_<b>`` for each budget
     ``b <= trials`` (the best of its first ``b`` measured candidates, timed to that point) and
     ``ms_<trials>``. A separate ``b``-trial run starts identically, so the prefix stands for it."""
+    from collectors.tir import schedule_of
     from collectors.tuner import TuneConfig, tune_task
 
     records, arrivals = [], []
@@ -69,20 +69,10 @@ def search_methods(task: Task, hardware: Hardware, trials: int, budgets: Sequenc
         if not within:
             continue
         i = min(within)[1]
-        out.methods[f"ms_{b}"] = Method([schedule_of_trace(task, records[i].trace_json)],
+        out.methods[f"ms_{b}"] = Method([schedule_of(task.mod, records[i].trace_json)],
                                         arrivals[min(b, len(records)) - 1] if b < trials else wall)
         out.traces[f"ms_{b}"] = records[i].trace_json
     return out
-
-
-def schedule_of_trace(task: Task, trace_json: str) -> Any:
-    """The task's schedule with a stored trace applied (postprocessing included)."""
-    from collectors.tir import as_module
-    from tvm.s_tir.schedule import Schedule, Trace
-
-    sch = Schedule(as_module(task.mod))
-    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
-    return sch
 
 
 def rules_method(task: Task, hardware: Hardware) -> Method:

@@ -46,6 +46,19 @@ def as_module(mod: Any):
     raise TypeError(f"expected an IRModule or a PrimFunc, got {type(mod).__name__}")
 
 
+def schedule_of(mod: Any, trace: str | list, *, checked: bool = False) -> Any:
+    """The Schedule a stored, postprocessed trace gives on ``mod`` (an IRModule or PrimFunc):
+    ``trace`` as JSON text (a record's ``trace_json``) or its plain-JSON value. ``checked`` has
+    TVM verify the IR after every primitive, for a trace that came from outside (an endpoint)."""
+    import json
+
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    sch = Schedule(as_module(mod), debug_mask="all" if checked else "none")
+    Trace.apply_json_to_schedule(json.loads(trace if isinstance(trace, str) else json.dumps(trace)), sch)
+    return sch
+
+
 def load_module(row: Mapping[str, Any]):
     """The IRModule of a stored workload (an index ``workloads`` row or any mapping with
     ``mod_json`` and/or ``tvmscript``).

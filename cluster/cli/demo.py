@@ -232,7 +232,7 @@ def _judge_tasks(url: str, hw: Any, tasks: list, k: int) -> list[dict]:
 
     from collectors.judge import Method, judge, rules_method, search_methods
     from tlm.service.client import ScheduleClient
-    from tlm.service.whole_model import schedule_of
+    from collectors.tir import schedule_of
 
     client = ScheduleClient(url)
     client.schedules(tasks[0].tvmscript, hw.key)  # loads the model: not part of any task's time
@@ -245,8 +245,8 @@ def _judge_tasks(url: str, hw: Any, tasks: list, k: int) -> list[dict]:
             for name, kk in (("tlm_top1", 1), (f"tlm_best_of_{k}", k)):
                 t0 = time.perf_counter()
                 r = client.schedules(task.tvmscript, hw.key, k=kk)
-                methods[name] = Method([schedule_of(task, c.trace) for c in r.candidates], time.perf_counter() - t0,
-                                       measured=kk > 1)
+                methods[name] = Method([schedule_of(task.mod, c.trace, checked=True) for c in r.candidates],
+                                       time.perf_counter() - t0, measured=kk > 1)
             search = search_methods(task, hw, 4 * k, budgets=(k,))
             methods.update(search.methods)
             methods["rules"] = rules_method(task, hw)

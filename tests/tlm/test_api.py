@@ -80,7 +80,7 @@ def test_an_unknown_workload_key_is_a_404(tmp_path):
 def test_answer_holds_valid_ranked_schedules_whose_trace_rebuilds_the_program(lm, cpu_hw):
     import tvm
 
-    from tlm.service.whole_model import schedule_of
+    from collectors.tir import schedule_of
 
     model, tok = lm
     req = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, k=3)
@@ -91,7 +91,7 @@ def test_answer_holds_valid_ranked_schedules_whose_trace_rebuilds_the_program(lm
     assert [c.score for c in r.candidates] == sorted((c.score for c in r.candidates), reverse=True)
     for c in r.candidates:
         assert c.decisions[-1] == "[EOS]" and c.latency_s is None
-        rebuilt = schedule_of(task, c.trace)
+        rebuilt = schedule_of(task.mod, c.trace, checked=True)
         assert rebuilt.mod.script() == c.tvmscript
         tvm.ir.assert_structural_equal(rebuilt.mod, tvm.script.from_source(c.tvmscript))
 

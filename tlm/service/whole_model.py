@@ -10,7 +10,6 @@ schedule (no schedulable block, say) keeps TVM's default lowering and says why.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -81,6 +80,7 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
 
     Measured records go to ``on_records`` (the closed loop, tuner ``tlm:<model id>``).
     """
+    from collectors.tir import schedule_of
     from collectors.tuner import measure_schedules
     from tlm.service.api import ApiError
     from tlm.service.generator import tuner_name
@@ -98,7 +98,7 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
             if top_k > 1:
                 t0 = time.perf_counter()
                 records: list = []
-                schedules = [schedule_of(task, t) for t in choice.traces]
+                schedules = [schedule_of(task.mod, t, checked=True) for t in choice.traces]
                 measure_schedules(task, hardware, schedules, tuner=tuner_name(choice.model_id),
                                   on_records=records.extend)
                 ts.measure_s = time.perf_counter() - t0
@@ -114,17 +114,6 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
         if progress is not None:
             progress(ts)
     return out
-
-
-def schedule_of(task: Task, trace: list) -> Any:
-    """The Schedule a postprocessed trace (JSON) gives on the task's module."""
-    from tvm.s_tir.schedule import Schedule, Trace
-
-    from collectors.tir import as_module
-
-    sch = Schedule(as_module(task.mod), debug_mask="all")
-    Trace.apply_json_to_schedule(json.loads(json.dumps(trace)), sch)
-    return sch
 
 
 def database_of(schedules: Sequence[TaskSchedule], hardware: Hardware) -> Any:
