@@ -92,7 +92,10 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # --endpoint: a line per request otherwise
     console = Console(stderr=True)
     _check_options(args)
-    hw = _hardware(args)
+    root = _corpus(args)
+    if args.corpus_best and root is None:
+        raise UsageError("--corpus-best needs a corpus (--corpus DIR or $TLM_CORPUS)")
+    hw = _hardware(args, root)
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     module, example, name = _user_model(args)
@@ -101,7 +104,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     times["extract_s"] = time.perf_counter() - t0
     console.print(f"{name}: {len(tasks)} tasks on {hw.key}")
 
-    chosen, model_id = _schedule(args, hw, tasks, console)
+    chosen, model_id = _schedule(args, hw, tasks, console, root)
     times["generate_s"] = sum(c.generate_s for c in chosen)
     times["measure_s"] = sum(c.measure_s for c in chosen)
     t1 = time.perf_counter()
@@ -113,7 +116,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
         console.print(f"wrote {args.out}")
     err, correct = _check_against_torch(tuned, module, example, hw)
     console.print("timing: TLM build, untuned build, PyTorch eager" + ("" if args.no_torch_compile else ", torch.compile"))
-    lat = _latencies(args, hw, tuned, relax_mod, module, example, times)
+    lat = _latencies(args, hw, tuned, relax_mod, module, example, times, root)
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
@@ -138,8 +141,6 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)} (or --module PKG.MOD:FACTORY)")
     if args.endpoint and args.tlm_model:
         raise UsageError("--endpoint and --tlm-model exclude each other (the server picks its model)")
-    if args.corpus_best and _corpus(args) is None:
-        raise UsageError("--corpus-best needs a corpus (--corpus DIR or $TLM_CORPUS)")
 
 
 def _user_model(args: argparse.Namespace) -> tuple[Any, tuple, str]:
@@ -154,12 +155,11 @@ def _user_model(args: argparse.Namespace) -> tuple[Any, tuple, str]:
     return module, example, args.module
 
 
-def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any) -> tuple[list, str]:
+def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root: str | None) -> tuple[list, str]:
     """Every task's schedule from the source the options name, with a progress bar; with
-    ``--top-k`` > 1 and a corpus, the measured candidates are appended to it."""
+    ``--top-k`` > 1 and a corpus (``root``), the measured candidates are appended to it."""
     from tlm.service.whole_model import schedule_tasks
 
-    root = _corpus(args)
     corpus = None
     if root is not None:
         from storage import Corpus
@@ -192,7 +192,7 @@ def _check_against_torch(built: Any, module: Any, example: tuple, hw: Any) -> tu
 
 
 def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, module: Any, example: tuple,
-               times: dict[str, float]) -> dict[str, float]:
+               times: dict[str, float], root: str | None) -> dict[str, float]:
     """The TLM build's latency beside the untuned build's, PyTorch eager's, and (when asked)
     ``torch.compile``'s and the corpus best's; their build times go into ``times``."""
     from collectors.compile import compile_model, time_model, time_torch
@@ -207,7 +207,7 @@ def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, mo
         lat["torch_compile_s"], times["torch_compile_s"] = _time_torch_compile(module, example, hw.cores)
     if args.corpus_best:
         lat["corpus_best_s"], times["corpus_best_build_s"], times["corpus_best_tasks"] = \
-            _time_corpus_best(args, hw, relax_mod, example)
+            _time_corpus_best(root, args, hw, relax_mod, example)
     return lat
 
 
@@ -219,7 +219,7 @@ def _corpus(args: argparse.Namespace) -> str | None:
     return optional_corpus(args)
 
 
-def _hardware(args: argparse.Namespace) -> Any:
+def _hardware(args: argparse.Namespace, root: str | None) -> Any:
     """The Hardware ``--hardware`` names (default: this machine's), which must run here (the model
     is run and timed): its target from the corpus index when it has the key, else rebuilt from
     the key (``collectors.hardware.hardware_for_key``)."""
@@ -228,7 +228,7 @@ def _hardware(args: argparse.Namespace) -> Any:
     if args.hardware is None:
         hw = detect_hardware()
     else:
-        info, root = None, _corpus(args)
+        info = None
         if root is not None:
             from storage import Corpus
 
@@ -278,7 +278,8 @@ class _bar:
         self.progress.stop()
 
 
-def _time_corpus_best(args: argparse.Namespace, hw: Any, relax_mod: Any, example: tuple) -> tuple[float, float, int]:
+def _time_corpus_best(root: str, args: argparse.Namespace, hw: Any, relax_mod: Any,
+                      example: tuple) -> tuple[float, float, int]:
     """``(latency, build seconds, tasks with a record)`` of the model built with the corpus's
     fastest record per task (``export_ms``), the search's answer to the same question."""
     import tempfile
@@ -289,7 +290,7 @@ def _time_corpus_best(args: argparse.Namespace, hw: Any, relax_mod: Any, example
     from collectors.ms_database import export_ms
     from storage import Corpus
 
-    with tempfile.TemporaryDirectory() as d, Corpus.open(_corpus(args), index_url=index_url(args)) as corpus:
+    with tempfile.TemporaryDirectory() as d, Corpus.open(root, index_url=index_url(args)) as corpus:
         rep = export_ms(corpus, d, hardware_key=hw.key, best_only=True)
         t0 = time.perf_counter()
         built = compile_model(relax_mod, hw, ms.database.JSONDatabase(work_dir=d))

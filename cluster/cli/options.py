@@ -44,14 +44,15 @@ def index_url(args: argparse.Namespace) -> str | None:
     return args.index_url or os.environ.get(INDEX_URL_ENV) or None
 
 
-def _exists(root: str) -> bool:
+def corpus_exists(root: str) -> bool:
+    """A URI root (its store says) or a directory that is there."""
     return "://" in root or os.path.isdir(root)
 
 
 def existing_corpus(args: argparse.Namespace) -> str:
     """:func:`corpus_root`, which must exist (commands that read a corpus; UsageError otherwise)."""
     root = corpus_root(args)
-    if not _exists(root):
+    if not corpus_exists(root):
         raise UsageError(f"no corpus at {root!r} (pass --corpus DIR or set {CORPUS_ENV})")
     return root
 
@@ -66,7 +67,7 @@ def optional_corpus(args: argparse.Namespace) -> str | None:
     exist when it was named (``--corpus`` or ``$TLM_CORPUS``); else ``./corpus`` if it exists."""
     if corpus_named(args):
         return existing_corpus(args)
-    return DEFAULT_CORPUS if _exists(DEFAULT_CORPUS) else None
+    return DEFAULT_CORPUS if corpus_exists(DEFAULT_CORPUS) else None
 
 
 def open_corpus(args: argparse.Namespace, *, create: bool = False) -> Any:

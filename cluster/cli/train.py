@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-from cluster.cli.options import add_corpus_options, corpus_root, index_url, user_errors
+from cluster.cli.options import add_corpus_options, corpus_exists, corpus_root, index_url, user_errors
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _config(args: argparse.Namespace):
     register = not args.no_register
     if finetune:
         root = corpus_root(args)  # the base may be a model registered there; a new corpus has none
-        corpus = Corpus.open(root, index_url=index_url(args)) if os.path.isdir(root) or "://" in root else None
+        corpus = Corpus.open(root, index_url=index_url(args)) if corpus_exists(root) else None
         try:
             base = resolve_model(args.base, corpus)
             base_path, base_id = base.path, base.model_id
