@@ -30,6 +30,7 @@ def judging_set(hw: Any, *, corpus_dir: str | None = None, max_tasks: int | None
     from collectors.tasks import task_from_index
     from collectors.zoo import HELD_OUT_MODELS
     from storage import Corpus
+    from tlm.model.dataset import split_of
 
     held = set(held_out or HELD_OUT_MODELS)
     with Corpus.open(corpus_dir or CORPUS) as corpus:
@@ -37,7 +38,7 @@ def judging_set(hw: Any, *, corpus_dir: str | None = None, max_tasks: int | None
     out, trained_on = [], set()
     for w in rows:
         models = w.get("models") or {}
-        if not set(models) & held:
+        if split_of(models, held) == "train":
             trained_on.add(w["workload_key"])
             continue
         t = task_from_index(w)

@@ -34,9 +34,11 @@ def reference_search(task: Any, hardware: Any, trials: int, budgets: Sequence[in
                      cache_dir: str = CACHE_DIR) -> Any:
     """``collectors.judge.Search`` of ``trials`` evolutionary trials: from the cache when this
     search ran before (same workload, hardware key, trials, seed), else searched and stored.
+    Either way it holds the methods of ``budgets`` (and ``trials``) only, rebuilt from the stored
+    traces, so what a caller gets does not depend on whether the cache had it.
 
-    ``budgets`` must be a subset of the cached ones (a search stores every power-of-two budget
-    from 64 up to ``trials``, so any of those can be asked later)."""
+    A search stores every power-of-two budget from 64 up to ``trials`` beside ``budgets``, so any
+    of those can be asked later without searching again."""
     from collectors.judge import Method, Search, search_methods
     from collectors.tir import schedule_of
 
@@ -53,7 +55,6 @@ def reference_search(task: Any, hardware: Any, trials: int, budgets: Sequence[in
             "budgets": {n: {"trace_json": search.traces[n], "time_s": m.time_s} for n, m in search.methods.items()},
         }
         _write(path, stored)
-        return search
     methods = {n: Method([schedule_of(task.mod, b["trace_json"])], b["time_s"])
                for n, b in stored["budgets"].items() if n in wanted}
     return Search(methods, [tuple(p) for p in stored["curve"]], stored["wall_s"],
