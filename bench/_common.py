@@ -39,6 +39,20 @@ def cpu_model() -> str:
         return platform.processor()
 
 
+#: The repository root (this file is <root>/bench/_common.py).
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shipped_path(path: str | os.PathLike) -> str:
+    """How a result file names a path: relative to the repository when it is inside it, else
+    only its last part (a result file is shipped; a path of the measuring machine means nothing
+    on another one)."""
+    full = os.path.abspath(path)
+    if os.path.commonpath([full, REPO]) == REPO:
+        return os.path.relpath(full, REPO)
+    return f"(outside the repository) {os.path.basename(full)}"
+
+
 def machine(hardware: Any = None, **extra: Any) -> dict:
     """The machine a result was measured on: CPU model, cores, memory, OS, Python, the load
     average when the call was made and, given a ``collectors.hardware.Hardware``, its key and

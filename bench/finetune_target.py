@@ -28,7 +28,7 @@ import os
 import tempfile
 from collections import defaultdict
 
-from bench._common import geomean
+from bench._common import geomean, shipped_path
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "finetune_target.json")
 
@@ -121,7 +121,7 @@ def main() -> None:
             if r["hardware_key"] == args.hardware]
     train = [r for r in rows if r["split"] == "train"]
     test = [r for r in rows if r["split"] == "test"]
-    res = {"base": os.path.abspath(args.base), "hardware": args.hardware, "steps": args.steps,
+    res = {"base": shipped_path(args.base), "hardware": args.hardware, "steps": args.steps,
            "train_records": len(train), "test_records": len(test), "variants": {}}
     res["variants"]["base (no fine-tuning)"] = judge(args.base, test)
     print("base", res["variants"]["base (no fine-tuning)"], flush=True)

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from bench._common import machine, percentile
+from bench._common import machine, percentile, shipped_path
 from storage import RECORD_SCHEMA, Corpus, make_record_id
 
 log = logging.getLogger("bench.storage")
@@ -114,7 +114,7 @@ def machine_facts(root: Path) -> dict:
     import sqlalchemy
 
     return machine(pyarrow=pa.__version__, sqlalchemy=sqlalchemy.__version__, sqlite=sqlite3.sqlite_version,
-                   bench_dir=str(root),
+                   bench_dir=shipped_path(root),
                    note="shared 2-core machine: other jobs ran at the same time, timings are noisy")
 
 

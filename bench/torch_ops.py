@@ -21,7 +21,7 @@ import logging
 import os
 import time
 
-from bench._common import geomean, machine
+from bench._common import geomean, machine, shipped_path
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "torch_ops.json")
 log = logging.getLogger("bench.torch_ops")
@@ -77,7 +77,7 @@ def main() -> None:
                 rows.append(row)
     ratios = [r["eager_over_best"] for r in rows if "eager_over_best" in r]
     res = {"machine": machine(),
-           "corpus": os.path.abspath(args.corpus), "op_kinds": sorted(kinds), "wall_s": round(time.time() - t0, 1),
+           "corpus": shipped_path(args.corpus), "op_kinds": sorted(kinds), "wall_s": round(time.time() - t0, 1),
            "tasks": rows, "mapped": len(ratios), "unmapped": len(rows) - len(ratios),
            "geomean_eager_over_best": geomean(ratios)}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

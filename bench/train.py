@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import asdict
 
-from bench._common import machine
+from bench._common import machine, shipped_path
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "train.json")
 
@@ -108,7 +108,7 @@ def main() -> None:
     cfg = TrainConfig(preset=args.preset, max_steps=args.steps, batch_size=args.batch_size,
                       eval_every=args.steps, log_every=10**9)
     res: dict = {"machine": machine(),
-                 "config": asdict(cfg), "dataset": os.path.abspath(args.dataset)}
+                 "config": asdict(cfg), "dataset": shipped_path(args.dataset)}
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         res["bare"] = bare(args.dataset, cfg, tmp)
         print("bare", res["bare"], flush=True)
