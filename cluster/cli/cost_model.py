@@ -1,0 +1,71 @@
+"""``tlm cost-model``: train the cost model of a hardware key on a corpus, and judge it.
+
+    tlm cost-model fit --hardware KEY --out DIR [--held-out M1,M2|none] [--corpus DIR]
+
+Trains MetaSchedule's XGBoost cost model on every record of ``KEY`` (``collectors.cost_model``),
+leaving out every workload of the held-out models (the same rule as ``tlm dataset build``), and
+writes ``cost_model.tar`` and ``cost_model.json`` into ``DIR``. Saved beside a model (its
+directory), the generator ranks that model's candidates with it and ``tlm collect --strategy
+tlm-seeded`` searches with it. Then, on the held-out workloads' measured records, it prints how
+well it ranks them (Spearman; the speed of its top-1 and best of top-5 relative to the best).
+"""
+from __future__ import annotations
+
+import argparse
+
+from cluster.cli.options import UsageError, add_corpus_options, open_corpus, user_errors
+from collectors.zoo import HELD_OUT_MODELS
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("cost-model", help="train and judge a hardware key's cost model", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cost_model_command", metavar="SUBCOMMAND")
+    f = sub.add_parser("fit", help="train on a corpus, save, and judge on the held-out workloads")
+    add_corpus_options(f)
+    f.add_argument("--hardware", required=True, metavar="KEY", help="the hardware key to learn")
+    f.add_argument("--out", required=True, metavar="DIR", help="where cost_model.tar goes (e.g. a model's directory)")
+    f.add_argument("--held-out", default=",".join(HELD_OUT_MODELS),
+                   help="comma-separated models whose workloads are never trained on (default: the zoo's "
+                        "held-out models; 'none' trains on everything)")
+    f.add_argument("--max-per-workload", type=int, default=0, metavar="N",
+                   help="at most N records per workload (default 0: every record)")
+    f.set_defaults(func=run_fit)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from collectors.cost_model import CostModel, CostModelConfig, evaluate
+    from collectors.hardware import hardware_for_key
+    from storage.schema import check_hardware_key
+    from tlm.model.dataset import split_of
+
+    if args.max_per_workload < 0:
+        raise UsageError(f"--max-per-workload must be >= 0, got {args.max_per_workload}")
+    with user_errors(ValueError):
+        check_hardware_key(args.hardware)
+    held = () if args.held_out.strip() == "none" else tuple(m.strip() for m in args.held_out.split(",") if m.strip())
+    with open_corpus(args) as corpus:
+        info = corpus.hardware_info(args.hardware)
+        if info is None:
+            known = ", ".join(sorted(corpus.stats()["by_hardware"])) or "none"
+            raise UsageError(f"the corpus has no hardware key {args.hardware!r} (it has: {known})")
+        hardware = hardware_for_key(args.hardware, info)
+        test = tuple(sorted(w["workload_key"] for w in corpus.workloads()
+                            if split_of(sorted(w.get("models") or {}), held) == "test"))
+        config = CostModelConfig(hardware_key=args.hardware, exclude_workloads=test,
+                                 max_records_per_workload=args.max_per_workload)
+        with user_errors(ValueError):
+            model = CostModel.fit(corpus, hardware, config, progress=True)
+        s = model.summary
+        print(f"cost model of {args.hardware}: {s.records} records of {s.workloads} workloads "
+              f"({s.errors} failures), features {s.features_s:.0f} s, training {s.train_s:.0f} s")
+        judged = evaluate(model, corpus, hardware, test) if test else None
+    model.held_out = {"models": list(held), "ranking": judged}
+    path = model.save(args.out)
+    if judged and judged["workloads"]:
+        print(f"held-out ({', '.join(held)}): {judged['workloads']} workloads, {judged['records']} records; "
+              f"Spearman {judged['spearman_mean']:.2f}, top-1 {judged['top1_geomean']:.2f}, "
+              f"top-5 {judged['top5_geomean']:.2f} of the best (a random pick: {judged['random_geomean']:.2f})")
+    print(f"-> {path}")
+    return 0

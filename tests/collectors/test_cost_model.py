@@ -1,0 +1,98 @@
+"""The corpus-trained cost model (collectors/cost_model.py): it learns the speeds it was given,
+leaves held-out workloads out, saves and loads to the same predictions, and hands a search a
+copy of its own. Records are the Zen 4 measurements of tests/helpers/corpora.py (features of a
+Zen 4 target are computed, nothing is run)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collectors.cost_model import CostModel, CostModelConfig, evaluate
+from collectors.tir import schedule_of
+from tests.helpers.corpora import measured_corpus, small_tasks
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, znver4_hw):
+    tasks = small_tasks()
+    corpus = measured_corpus(tmp_path_factory.mktemp("cm") / "corpus", tasks, znver4_hw)
+    model = CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key=znver4_hw.key))
+    yield model, corpus, tasks
+    corpus.close()
+
+
+def _records(corpus, task, hw):
+    rows = [r for r in corpus.scan({"hardware_key": hw.key, "workload_key": task.workload_key}).to_pylist()
+            if r["latency_s"] is not None]
+    return [schedule_of(task.mod, r["trace_json"]) for r in rows], np.array([r["latency_s"] for r in rows])
+
+
+def test_it_learns_which_schedule_of_a_task_is_faster(trained, znver4_hw):
+    model, corpus, tasks = trained
+    assert model.summary.workloads == 2 and model.summary.records == 48
+    report = evaluate(model, corpus, znver4_hw, [t.workload_key for t in tasks.values()])
+    assert report["workloads"] == 2
+    # on what it was trained on, its ranking follows the measured speeds
+    assert report["spearman_mean"] > 0.5, report
+    assert report["top5_geomean"] > report["random_geomean"]
+
+
+def test_save_and_load_give_the_same_predictions(trained, znver4_hw, tmp_path):
+    model, corpus, tasks = trained
+    schedules, _ = _records(corpus, tasks["matmul"], znver4_hw)
+    model.save(str(tmp_path))
+    again = CostModel.load(str(tmp_path))
+    assert np.allclose(again.predict(tasks["matmul"], znver4_hw, schedules),
+                       model.predict(tasks["matmul"], znver4_hw, schedules))
+    assert again.config == model.config
+
+
+def test_excluded_workloads_are_never_trained_on(trained, znver4_hw):
+    _, corpus, tasks = trained
+    held = tasks["softmax"].workload_key
+    model = CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key=znver4_hw.key, exclude_workloads=(held,)))
+    assert model.summary.workloads == 1 and held not in model.xgb.data
+
+
+def test_a_key_without_records_is_refused(trained, znver4_hw):
+    _, corpus, _ = trained
+    with pytest.raises(ValueError, match="cpu-nosuchcpu-2c"):
+        CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key="cpu-nosuchcpu-2c"))
+
+
+def test_a_search_gets_a_copy_it_may_change(trained, znver4_hw):
+    model, corpus, tasks = trained
+    schedules, _ = _records(corpus, tasks["softmax"], znver4_hw)
+    before = model.predict(tasks["softmax"], znver4_hw, schedules)
+    copy = model.search_model()
+    copy.data.clear()
+    copy.booster = None
+    assert np.allclose(model.predict(tasks["softmax"], znver4_hw, schedules), before)
+    assert len(model.xgb.data) == 2
+
+
+def test_cli_fits_saves_and_judges_on_the_held_out_model(trained, znver4_hw, tmp_path, capsys):
+    from cluster.cli import main
+
+    _, corpus, _ = trained
+    out = tmp_path / "model"
+    assert main(["cost-model", "fit", "--corpus", str(corpus.root), "--hardware", znver4_hw.key,
+                 "--out", str(out), "--held-out", "model_b"]) == 0
+    text = capsys.readouterr().out
+    assert "24 records of 1 workloads" in text and "held-out (model_b): 1 workloads, 24 records" in text
+    again = CostModel.load(str(out))
+    assert again.held_out["models"] == ["model_b"] and again.held_out["ranking"]["workloads"] == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--hardware", "Not A Key"], "Not A Key"),
+    (["--hardware", "cpu-nosuchcpu-2c"], "has no hardware key 'cpu-nosuchcpu-2c' (it has: cpu-znver4-2c)"),
+    (["--hardware", "cpu-znver4-2c", "--max-per-workload", "-1"], "--max-per-workload must be >= 0, got -1"),
+])
+def test_cli_mistakes_are_one_line_and_exit_2(trained, tmp_path, capsys, argv, message):
+    from cluster.cli import main
+
+    _, corpus, _ = trained
+    assert main(["cost-model", "fit", "--corpus", str(corpus.root), "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
