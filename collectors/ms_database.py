@@ -255,3 +255,21 @@ def export_ms(
         except Exception as exc:  # noqa: BLE001 - a trace that no longer applies is reported, not written
             report.skipped.append(f"record {row['record_id']}: {exc}")
     return report
+
+
+def commit_records(database: Any, mod: Any, target: Any, records: list[Record]) -> int:
+    """Put measured records (successful ones) of ``mod`` into a MetaSchedule database, as its
+    own measure callback would have after measuring them (a search seeded with them draws its
+    first population's measured part from them); returns how many were committed."""
+    from tvm.s_tir import meta_schedule as ms
+
+    ok = [r for r in records if r.latency_s is not None and r.run_secs]
+    if not ok:
+        return 0
+    workload = database.commit_workload(mod)
+    args_info = [plain_json(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+    target_json = plain_json(target.export())
+    for r in ok:
+        database.commit_tuning_record(ms.database.TuningRecord.from_json(
+            [json.loads(r.trace_json), list(r.run_secs), target_json, args_info], workload))
+    return len(ok)

@@ -8,10 +8,8 @@ whose warm worker times every candidate and then checks the buffers it timed aga
 unscheduled program (collectors/runner.py): a wrong answer becomes an error, never a latency. One measure
 callback of ours sees every (candidate, build result, run result) as it is measured and hands
 the batch to ``on_records`` right away, so a caller can flush records per batch (crash
-safety). MetaSchedule's work dir is a temp dir.
-
-It never starts Ray and prints nothing: progress goes to an optional callback, and
-MetaSchedule's own logs to a file in the work dir.
+safety). MetaSchedule's work dir is a temp dir. It never starts Ray and prints nothing:
+progress goes to an optional callback, and MetaSchedule's own logs to a file in the work dir.
 """
 from __future__ import annotations
 
@@ -30,6 +28,7 @@ from collectors.builder import make_pool_builder
 from collectors.correctness import error_from_runner, make_reference
 from collectors.fast_import import install, install_for_target
 from collectors.hardware import Hardware, check_runs_here
+from collectors.ms_database import commit_records
 from collectors.runner import make_checked_runner
 from collectors.sketches import sketch_id, tune_context
 from collectors.tasks import Task
@@ -60,10 +59,9 @@ class TuneConfig:
     run_timeout_s: float = 30.0  # a candidate whose run takes longer is an error
     number: int = 3  # evaluator: runs per measurement (MetaSchedule's default)
     repeat: int = 1  # evaluator: measurements per candidate; run_secs has repeat entries
-    # evaluator: minimum time of one measurement. MetaSchedule's default is 100. Measured on a
-    # 1.4 ms tuned conv2d (bench/results/collect.json, min_repeat_ms_spread), the run-to-run
-    # spread is this machine's noise (p10-p90 1.0-4.6% for every value from 1 to 100 ms, as
-    # number=3 already lasts > 4 ms); 20 keeps a margin for fast kernels at a quarter of the cost.
+    # evaluator: minimum time of one measurement (MetaSchedule: 100). On a 1.4 ms conv2d the spread
+    # is this machine's noise for 1..100 ms (p10-p90 1.0-4.6%, bench/results/collect.json,
+    # min_repeat_ms_spread); 20 keeps a margin for fast kernels at a quarter of the cost.
     min_repeat_ms: int = 20
     check_correctness: bool = True  # check each measured candidate against the unscheduled program
     work_dir: str | None = None  # MetaSchedule's work dir (logs); None: a temp dir removed afterwards
@@ -155,11 +153,13 @@ def _runner_initializer(cores: int | None, light_intrinsics: bool) -> Callable[[
 
 def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, *,
               on_records: RecordsCallback | None = None, progress: ProgressCallback | None = None,
-              run_id: str = "") -> TuneSummary:
+              run_id: str = "", cost_model: Any = None, seed_records: list[Record] | None = None) -> TuneSummary:
     """Tune ``task`` on ``hardware`` (this machine) and emit a record per measured candidate.
 
-    Raises ``collectors.hardware.NotRunnableHere`` before anything is built when this host
-    cannot execute code for ``hardware`` (another CPU's ISA, CUDA without a GPU).
+    ``cost_model``: a cost model object instead of a fresh ``config.cost_model`` (a corpus-trained
+    ``CostModel.search_model()``); ``seed_records``: measured records of the task put in the
+    search's database first, where its first population's measured part comes from. Raises
+    ``NotRunnableHere`` before anything is built when this host cannot run ``hardware``'s code.
     """
     config = config or TuneConfig()
     check_runs_here(hardware)
@@ -199,14 +199,16 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
             schedules = [sch for sch in (sk.copy() for sk in sketches) if refusing_postproc(sch, task, hardware) is None]
             _measure(schedules, hardware, builder, runner, emit)
         else:
+            database = ms.database.MemoryDatabase()
+            commit_records(database, mod, target, seed_records or [])
             with _InterruptGuard() as guard:
                 guard.run(
                     ms.tune.tune_tasks,
                     tasks=[ctx], task_weights=[1.0], work_dir=work_dir,
                     max_trials_global=config.trials, max_trials_per_task=config.trials,
                     num_trials_per_iter=min(config.trials_per_iter, config.trials),
-                    builder=builder, runner=runner, database=ms.database.MemoryDatabase(),
-                    cost_model=config.resolved_cost_model,
+                    builder=builder, runner=runner, database=database,
+                    cost_model=cost_model if cost_model is not None else config.resolved_cost_model,
                     measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), recorder],
                     task_scheduler="gradient",
                 )
