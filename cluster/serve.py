@@ -66,8 +66,9 @@ class _Loaded:
     """A hardware key's loaded model as the multiplexer holds it: evicting it (least recently
     used, past four keys) calls ``__del__``, which keeps ``/v1/models`` truthful."""
 
-    def __init__(self, loaded: dict, key: str, entry: Any, model: Any, tokenizer: Any) -> None:
+    def __init__(self, loaded: dict, key: str, entry: Any, model: Any, tokenizer: Any, ranker: Any = None) -> None:
         self._loaded, self.key, self.entry, self.model, self.tokenizer = loaded, key, entry, model, tokenizer
+        self.ranker = ranker  # the model's cost model, when its directory has one
         self._gone = False
         loaded[key] = entry.model_id
 
@@ -117,14 +118,16 @@ class ScheduleServer:
         return await self.get_model(hardware_key)
 
     async def _load(self, hardware_key: str) -> _Loaded:
-        from tlm.service.catalog import model_for
+        from tlm.service.catalog import model_for, ranker_of
         from tlm.model.network import load_model
 
         entry = model_for(hardware_key, self.corpus, root=self.models_root)
         model, tokenizer, _ = await asyncio.to_thread(load_model, entry.path)
+        ranker = await asyncio.to_thread(ranker_of, entry.path)
         self.unavailable.pop(hardware_key, None)
-        log.info("loaded %s for %s from %s", entry.model_id, hardware_key, entry.path)
-        return _Loaded(self.loaded, hardware_key, entry, model, tokenizer)
+        log.info("loaded %s for %s from %s (%s)", entry.model_id, hardware_key, entry.path,
+                 "with its cost model" if ranker is not None else "no cost model: likelihood ranking")
+        return _Loaded(self.loaded, hardware_key, entry, model, tokenizer, ranker)
 
     @app.get("/healthz")
     async def healthz(self) -> dict:
@@ -183,7 +186,7 @@ class ScheduleServer:
             with self._lock:
                 task = task_of_request(req, self.corpus)
                 return schedule(req, task, hardware, held.model, held.tokenizer, held.entry.model_id,
-                                on_records=on_records)
+                                on_records=on_records, ranker=held.ranker)
 
         return await asyncio.to_thread(run)
 

@@ -27,11 +27,12 @@ ALLOWED = {
     "bench": {"storage", "collectors", "tlm", "cluster"},
 }
 #: The only collectors modules tlm may import: hardware, tasks, sketches and the TVM glue, the
-#: zoo's list of held-out models, and collectors.tuner for ``measure_schedules`` only: the
-#: generator and the closed loop measure generated schedules exactly as a search's candidates
-#: are measured (tlm never tunes).
+#: zoo's list of held-out models, the hardware key's cost model (the generator ranks with it),
+#: and collectors.tuner: the generator and the closed loop measure generated schedules exactly
+#: as a search's candidates are measured, and the model-seeded search (tlm/service/seeded.py)
+#: hands its measured candidates to MetaSchedule's search (tlm never runs a search of its own).
 TLM_FROM_COLLECTORS = {"collectors.hardware", "collectors.tasks", "collectors.sketches", "collectors.tir",
-                       "collectors.tuner", "collectors.zoo"}
+                       "collectors.tuner", "collectors.zoo", "collectors.cost_model"}
 #: tlm's rooms, lowest first: a room may import the rooms below it, never one above.
 TLM_ROOMS = ("tlm.language", "tlm.model", "tlm.service")
 #: What the language must run without (it is TVM only).

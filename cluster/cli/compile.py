@@ -40,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="1: the model's top-1, unmeasured (default); K > 1: the fastest of K measured candidates")
     p.add_argument("--tlm-model", default=None, metavar="ID|DIR", help="the model (default: the hardware's)")
     p.add_argument("--endpoint", default=None, metavar="URL", help="ask a running `tlm serve` instead of loading a model")
+    p.add_argument("--no-rank", action="store_true", help="rank by likelihood alone, even when the model ships a cost "
+                   "model (faster: no pool of samples per task)")
     p.add_argument("--out", default=None, metavar="FILE.so", help="write the compiled library here")
     add_corpus_options(p, what="corpus: its registered models and hardware; with --top-k > 1, where the measured "
                                "candidates are appended; used when it exists")
@@ -244,15 +246,17 @@ def _hardware(args: argparse.Namespace, root: str | None) -> Any:
 
 def _source(args: argparse.Namespace, hw: Any, corpus: Any) -> tuple[Any, str]:
     """The schedule source the options ask for and the model id it names (or the endpoint)."""
-    from tlm.service.catalog import model_for, resolve_model
+    from tlm.service.catalog import model_for, ranker_of, resolve_model
     from tlm.model.network import load_model
     from tlm.service.whole_model import endpoint_source, local_source
 
     if args.endpoint:
-        return endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN")), f"endpoint {args.endpoint}"
+        return (endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN"), rank=not args.no_rank),
+                f"endpoint {args.endpoint}")
     entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hw.key, corpus)
     model, tokenizer, _ = load_model(entry.path)
-    return local_source(hw, model, tokenizer, entry.model_id), entry.model_id
+    ranker = None if args.no_rank else ranker_of(entry.path)
+    return local_source(hw, model, tokenizer, entry.model_id, ranker), entry.model_id
 
 
 class _bar:

@@ -96,6 +96,22 @@ def test_answer_holds_valid_ranked_schedules_whose_trace_rebuilds_the_program(lm
         tvm.ir.assert_structural_equal(rebuilt.mod, tvm.script.from_source(c.tvmscript))
 
 
+def test_with_a_cost_model_the_answer_is_ranked_by_it_unless_the_request_opts_out(lm, cpu_hw, znver4_hw, tmp_path):
+    from collectors.cost_model import CostModel, CostModelConfig
+    from tests.helpers.corpora import measured_corpus, small_tasks
+
+    model, tok = lm
+    with measured_corpus(tmp_path / "corpus", small_tasks(), znver4_hw) as corpus:
+        ranker = CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key=znver4_hw.key))
+    req = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, k=3)
+    r = schedule(req, task_of_request(req, None), cpu_hw, model, tok, "tiny-random", ranker=ranker)
+    assert r.pool >= 3 and all(c.predicted is not None for c in r.candidates)
+    assert [c.predicted for c in r.candidates] == sorted((c.predicted for c in r.candidates), reverse=True)
+    plain = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, k=3, rank=False)
+    r = schedule(plain, task_of_request(plain, None), cpu_hw, model, tok, "tiny-random", ranker=ranker)
+    assert r.pool == 0 and all(c.predicted is None for c in r.candidates)
+
+
 def test_measured_answer_times_every_candidate_and_hands_the_records_on(lm, cpu_hw):
     model, tok = lm
     req = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, k=2, measure=True)

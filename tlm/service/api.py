@@ -45,7 +45,10 @@ class ScheduleRequest(BaseModel):
     workload_key: str | None = Field(None, description="a workload already in the server's corpus index",
                                      pattern=r"^[0-9a-f]{16}$")
     hardware: str = Field(..., description="hardware key, e.g. cpu-rocketlake-2c", min_length=3, max_length=128)
-    k: int = Field(1, ge=1, le=MAX_K, description=f"candidates, ranked by likelihood (1 = greedy; at most {MAX_K})")
+    k: int = Field(1, ge=1, le=MAX_K, description=f"candidates (at most {MAX_K}): ranked by the model's cost model "
+                   "over a sampled pool when it has one and rank is true, else by likelihood (1 = greedy)")
+    rank: bool = Field(True, description="rank by the model's cost model when it ships one (false: likelihood only, "
+                       "faster: no pool is sampled)")
     measure: bool = Field(False, description="build, run and check the candidates on the server's device")
 
     @model_validator(mode="after")
@@ -58,9 +61,10 @@ class ScheduleRequest(BaseModel):
 class CandidateOut(BaseModel):
     """One generated schedule."""
 
-    rank: int  # 0 = the model's most likely
+    rank: int  # 0 = the best ranked (the cost model's best, else the model's most likely)
     sketch_id: int
     score: float  # mean log-probability per decision token
+    predicted: float | None = None  # the cost model's score (higher is faster), when it ranked
     decisions: list[str]  # the decision words of the sentence
     trace: list = Field(description="the postprocessed MetaSchedule trace with its decisions (Trace.as_json), "
                                     "as a tuning record stores it")
@@ -78,6 +82,8 @@ class ScheduleResponse(BaseModel):
     candidates: list[CandidateOut]
     generate_s: float  # decoding (all sketches)
     check_s: float  # proving the candidates valid
+    rank_s: float = 0.0  # the cost model ranking the pool
+    pool: int = 0  # candidates the cost model ranked (0: ranked by likelihood)
     measure_s: float = 0.0
     best: int | None = None  # rank of the fastest measured candidate
 
@@ -200,8 +206,9 @@ def task_of_request(req: ScheduleRequest, corpus: Any | None) -> Any:
 # Answering
 
 def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokenizer: Any, model_id: str, *,
-             on_records: Callable[[list], None] | None = None) -> ScheduleResponse:
-    """Generate (and with ``measure`` build, run and check) the request's candidates.
+             on_records: Callable[[list], None] | None = None, ranker: Any = None) -> ScheduleResponse:
+    """Generate (and with ``measure`` build, run and check) the request's candidates, ranked by
+    ``ranker`` (the model's cost model) when given and the request asks for it.
 
     A task with no schedulable block, or one the model's context cannot hold, is a 422; a
     measurement this host cannot run (another CPU's ISA) is a 409. ``on_records`` receives the
@@ -225,7 +232,7 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
         raise ApiError(422, f"{task.task_name}: no schedulable block (no sketch gives a valid program on "
                             f"{hardware.key})")
     try:
-        g = generate(task, hardware, model, tokenizer, k=req.k)
+        g = generate(task, hardware, model, tokenizer, k=req.k, ranker=ranker if req.rank else None)
     except ValueError as exc:  # e.g. a prompt longer than the model's context
         raise ApiError(422, f"{task.task_name}: {exc}") from None
     if req.measure:
@@ -236,9 +243,11 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
     best = g.fastest
     return ScheduleResponse(
         task_name=task.task_name, workload_key=task.workload_key, hardware=hardware.key, model_id=model_id,
-        sketches=g.sketches, generate_s=g.generate_s, check_s=g.check_s, measure_s=g.measure_s,
+        sketches=g.sketches, generate_s=g.generate_s, check_s=g.check_s, rank_s=g.rank_s, pool=g.pool,
+        measure_s=g.measure_s,
         best=None if best is None else g.candidates.index(best),
-        candidates=[CandidateOut(rank=i, sketch_id=c.sketch_id, score=c.score, decisions=c.decisions,
+        candidates=[CandidateOut(rank=i, sketch_id=c.sketch_id, score=c.score, predicted=c.predicted,
+                                 decisions=c.decisions,
                                  trace=trace_json(c.schedule.trace), tvmscript=c.schedule.mod.script(),
                                  latency_s=c.latency_s, error=c.error)
                     for i, c in enumerate(g.candidates)],

@@ -105,3 +105,11 @@ def resolve_model(name: str, corpus: Any | None = None, *, root: str = SHIPPED_M
             return m
     raise NoModel(f"unknown model {name!r}: not a model directory, 'shipped', or one of "
                   f"{', '.join(m.model_id for m in models) or 'no models'}")
+
+
+def ranker_of(path: str) -> Any:
+    """The cost model saved in a model's directory (``tlm cost-model fit --out DIR``), or None:
+    with it the generator ranks a sampled pool by predicted speed instead of likelihood."""
+    from collectors.cost_model import COST_MODEL_FILE, CostModel
+
+    return CostModel.load(path) if os.path.exists(os.path.join(path, COST_MODEL_FILE)) else None

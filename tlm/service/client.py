@@ -19,13 +19,14 @@ class ScheduleClient:
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
-    def schedules(self, tvmscript: str, hardware: str, *, k: int = 1, measure: bool = False) -> ScheduleResponse:
+    def schedules(self, tvmscript: str, hardware: str, *, k: int = 1, measure: bool = False,
+                  rank: bool = True) -> ScheduleResponse:
         """The server's answer for one PrimFunc; raises ApiError with the server's message on a 4xx/5xx."""
         import httpx
 
         try:
             r = self._http.post("/v1/schedules", json={"tvmscript": tvmscript, "hardware": hardware, "k": k,
-                                                       "measure": measure})
+                                                       "measure": measure, "rank": rank})
         except httpx.HTTPError as exc:
             raise ApiError(503, f"{self.url}: {type(exc).__name__}: {exc}") from None
         if r.status_code != 200:

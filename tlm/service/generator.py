@@ -14,6 +14,15 @@ by the model's mean log-probability per decision token (``Candidate.score``).
   deterministic, the same schedule run to run and process to process.
 * ``k > 1``: beam search with ``k`` beams per sketch (deterministic as well), all sketches'
   beams pooled, duplicates removed, the ``k`` best kept.
+* ``ranker`` given (a :class:`collectors.cost_model.CostModel` of the hardware key): ``pool``
+  programs sampled per sketch (the model's distribution under the constraint, seeded) plus
+  each sketch's greedy program are all proven valid and ranked by the cost model's predicted
+  speed instead of the likelihood, and the ``k`` best kept. Likelihood says what the search's
+  fast programs *look like*; it cannot see that a legal compute location repeats a reduction
+  768 times, which the cost model's per-store arithmetic counts. Samples, not beams: on the
+  six heaviest held-out matmuls the fastest of 32 samples per sketch was 0.86x MetaSchedule@256
+  (geomean), the fastest of 16 beams far less, since beams differ in a word or two. Still
+  deterministic (seeded samples, greedy and the booster are), still no measurement.
 """
 from __future__ import annotations
 
@@ -29,6 +38,9 @@ from tlm.language import EOS, PAD, apply_sentence, build_space, live_sketches, p
 from tlm.service.constrained import make_logits_processor
 
 MAX_K = 64  # candidates one call may ask for
+#: programs sampled per sketch for the cost model to rank (with a ranker): enough to hold the
+#: fast programs the likelihood ranks below the greedy one, few enough to decode in a few seconds
+RANK_POOL = 32
 #: torch intra-op threads while decoding. One step of a small GPT-2 on a few rows is ~0.1 ms of
 #: arithmetic, so a second thread buys nothing and its barrier costs much when the cores are
 #: busy: a ResNet conv2d took 0.19-0.48 s on 1 thread and 1.2-9 s on 2 with a collection
@@ -48,6 +60,7 @@ class Candidate:
     n_tokens: int  # decision words counted in logprob
     trace: Any = None  # tvm.s_tir.schedule.Trace: the sketch with these decisions
     schedule: Any = None  # the postprocessed Schedule
+    predicted: float | None = None  # the cost model's score (higher is faster), when one ranked it
     latency_s: float | None = None  # measured (correct) latency, once measure_candidates ran
     error: str | None = None  # why its measurement failed (build, run, wrong answer)
 
@@ -76,6 +89,8 @@ class Generation:
     sketches: int = 0  # live sketches generated
     generate_s: float = 0.0  # model.generate (all sketches)
     check_s: float = 0.0  # proving each candidate valid (replay + postprocessors)
+    rank_s: float = 0.0  # the cost model's features and prediction of every proven candidate
+    pool: int = 0  # candidates ranked by the cost model (0: ranked by likelihood alone)
     measure_s: float = 0.0  # building, running and checking candidates (measure_candidates)
 
     @property
@@ -85,10 +100,14 @@ class Generation:
         return min(ok, key=lambda c: c.latency_s) if ok else None
 
 
-def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1) -> Generation:
-    """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood."""
+def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1, ranker: Any = None,
+             pool: int = RANK_POOL) -> Generation:
+    """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood, or
+    by ``ranker``'s predicted speed over ``pool`` samples per sketch and the greedy programs."""
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
+    if ranker is not None and not 1 <= pool <= MAX_K:
+        raise ValueError(f"pool must be between 1 and {MAX_K}, got {pool}")
     space = build_space(task, hardware)
     sketches = live_sketches(space)
     out = Generation(task.task_name, task.workload_key, hardware.key, sketches=len(sketches))
@@ -97,15 +116,26 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     prompts = [prompt_tokens(space, sk) for sk in sketches]
     with _torch_threads(DECODE_THREADS):
         t0 = time.perf_counter()
-        rows = decode_prompts(model, tokenizer, task, hardware, prompts, k)
+        if ranker is None:
+            rows = decode_prompts(model, tokenizer, task, hardware, prompts, k)
+        else:  # the greedy programs first: the cost model then never loses the likelihood's favourite
+            rows = decode_prompts(model, tokenizer, task, hardware, prompts, 1)
+            rows += decode_prompts(model, tokenizer, task, hardware, prompts, pool, sample=True)
         cands = _ranked(model, tokenizer, prompts, sketches, rows)
         out.generate_s = time.perf_counter() - t0
+    keep = cands[:k] if ranker is None else cands
     t1 = time.perf_counter()
-    for c in cands[:k]:
+    for c in keep:
         program = apply_sentence(c.words, task, hardware)  # raises if the model wrote an invalid program
         c.trace, c.schedule = program.trace, program.schedule
     out.check_s = time.perf_counter() - t1
-    out.candidates = cands[:k]
+    if ranker is not None:
+        t2 = time.perf_counter()
+        for c, p in zip(keep, ranker.predict(task, hardware, [c.schedule for c in keep])):
+            c.predicted = float(p)
+        keep.sort(key=lambda c: -c.predicted)  # stable: equal predictions keep the likelihood's order
+        out.rank_s, out.pool = time.perf_counter() - t2, len(keep)
+    out.candidates = keep[:k]
     return out
 
 
@@ -143,30 +173,35 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 
 def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts: list[list[str]],
-                   k: int) -> list[tuple[int, list[str], tuple[float, int] | None]]:
+                   k: int, *, sample: bool = False, seed: int = 0) -> list[tuple[int, list[str], tuple[float, int] | None]]:
     """Constrained decoding of ``prompts`` in one batch (greedy for ``k == 1``, else ``k`` beams per
-    prompt), unranked and unproven: ``(prompt index, generated words up to [EOS], (log-probability,
-    words) or None)`` for every returned sequence; the score is given for greedy rows only.
+    prompt; with ``sample``, ``k`` sequences per prompt drawn from the model's distribution under
+    the constraint, seeded by ``seed``, so still the same run to run), unranked and unproven:
+    ``(prompt index, generated words up to [EOS], (log-probability, words) or None)`` for every
+    returned sequence; the score is given for greedy and sampled rows (beams are re-scored).
     :func:`generate` ranks and proves these; the serving benchmark times this step alone."""
     import torch
 
     batch = tokenizer([" ".join(p) for p in prompts], return_tensors="pt", padding=True)
     width = batch["input_ids"].shape[1]
-    beams = k  # 1: greedy; beam search keeps batch*beams rows, row r belonging to prompt r // beams
-    proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(beams)], width)
+    copies = k  # rows per prompt: 1 (greedy), k beams or k samples; row r belongs to prompt r // copies
+    beams = 1 if sample else k
+    proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(copies)], width)
     room = model.config.n_positions - width
     if room < 2:
         raise ValueError(f"the prompt of {task.task_name} has {width} tokens; the model reads at most "
                          f"{model.config.n_positions}")
     model.eval()
-    with torch.no_grad():
-        gen = model.generate(**batch, logits_processor=[proc], do_sample=False, num_beams=beams,
-                             num_return_sequences=beams, max_new_tokens=room, use_cache=True,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                             early_stopping=beams > 1, return_dict_in_generate=True, output_logits=beams == 1)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        gen = model.generate(**batch, logits_processor=[proc], do_sample=sample, num_beams=beams,
+                             num_return_sequences=copies, max_new_tokens=room, use_cache=True, top_k=0, top_p=1.0,
+                             temperature=1.0, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id, early_stopping=beams > 1,
+                             return_dict_in_generate=True, output_logits=beams == 1)
     seqs = gen.sequences
-    # greedy: each chosen word's log-probability under the model's raw (unmasked) distribution,
-    # from the logits generate already computed; beams are re-scored by decision_logprobs
+    # greedy and sampled: each chosen word's log-probability under the model's raw (unmasked)
+    # distribution, from the logits generate already computed; beams are re-scored by decision_logprobs
     steps = torch.log_softmax(torch.stack(gen.logits, 1).float(), -1) if beams == 1 else None
     rows = []
     for r in range(seqs.shape[0]):
@@ -179,7 +214,7 @@ def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, p
         score = None
         if steps is not None:
             score = (float(steps[r, torch.arange(end), torch.tensor(ids[:end])].sum()), end)
-        rows.append((r // beams, [w for w in new[:end] if w != PAD], score))
+        rows.append((r // copies, [w for w in new[:end] if w != PAD], score))
     return rows
 
 

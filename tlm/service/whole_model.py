@@ -48,26 +48,27 @@ class TaskSchedule:
 Source = Callable[[Task, int], Proposal]
 
 
-def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str) -> Source:
-    """Candidates from a model loaded in this process."""
+def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str, ranker: Any = None) -> Source:
+    """Candidates from a model loaded in this process (ranked by ``ranker``, its cost model, if given)."""
     from collectors.tir import trace_json
     from tlm.service.generator import generate
 
     def source(task: Task, k: int) -> Proposal:
-        g = generate(task, hardware, model, tokenizer, k=k)
+        g = generate(task, hardware, model, tokenizer, k=k, ranker=ranker)
         return Proposal([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
 
     return source
 
 
-def endpoint_source(url: str, hardware_key: str, *, token: str | None = None) -> Source:
-    """Candidates from a running ``tlm serve`` at ``url`` (the task's TVMScript is sent)."""
+def endpoint_source(url: str, hardware_key: str, *, token: str | None = None, rank: bool = True) -> Source:
+    """Candidates from a running ``tlm serve`` at ``url`` (the task's TVMScript is sent; ``rank``:
+    the server's cost model ranks them when its model has one)."""
     from tlm.service.client import ScheduleClient
 
     client = ScheduleClient(url, token=token)
 
     def source(task: Task, k: int) -> Proposal:
-        r = client.schedules(task.tvmscript, hardware_key, k=k)
+        r = client.schedules(task.tvmscript, hardware_key, k=k, rank=rank)
         return Proposal([c.trace for c in r.candidates], r.model_id, r.generate_s + r.check_s)
 
     return source
