@@ -1,0 +1,70 @@
+"""Ranking the model's candidates with a cost model, and the search the model seeds
+(tlm/service/generator.py with a ranker, tlm/service/seeded.py).
+
+The model is a small random GPT-2 (every candidate valid as written is the decoder's
+guarantee); the cost model is trained on the Zen 4 records of tests/helpers/corpora.py. Ranked
+generation only builds and checks programs for this host; the seeded search measures them
+(slow)."""
+from __future__ import annotations
+
+import pytest
+
+from collectors.cost_model import CostModel, CostModelConfig
+from tests.helpers.corpora import measured_corpus, small_tasks
+from tlm.model.network import build_model, model_config
+from tlm.model.tokenizer import build_tokenizer
+from tlm.service.generator import generate
+
+
+@pytest.fixture(scope="module")
+def lm():
+    tok = build_tokenizer()
+    return build_model(model_config("tiny", tok, 400), seed=0).eval(), tok
+
+
+@pytest.fixture(scope="module")
+def ranker(tmp_path_factory, znver4_hw):
+    corpus = measured_corpus(tmp_path_factory.mktemp("rank") / "corpus", small_tasks(), znver4_hw)
+    try:
+        return CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key=znver4_hw.key))
+    finally:
+        corpus.close()
+
+
+def test_ranked_candidates_come_best_predicted_first(lm, ranker, tasks, cpu_hw):
+    model, tok = lm
+    g = generate(tasks["matmul"], cpu_hw, model, tok, k=4, ranker=ranker, pool=4)
+    assert len(g.candidates) == 4 and g.pool >= 4 and g.rank_s > 0
+    predicted = [c.predicted for c in g.candidates]
+    assert predicted == sorted(predicted, reverse=True)
+    for c in g.candidates:
+        assert c.schedule is not None  # proven valid like any candidate
+    # the cost model's choice is among everything it ranked, the greedy programs included
+    greedy = generate(tasks["matmul"], cpu_hw, model, tok, k=1).candidates[0]
+    assert g.candidates[0].predicted >= ranker.predict(tasks["matmul"], cpu_hw, [greedy.schedule])[0] - 1e-9
+
+
+def test_ranked_generation_is_deterministic(lm, ranker, tasks, cpu_hw):
+    model, tok = lm
+    first = generate(tasks["softmax"], cpu_hw, model, tok, k=1, ranker=ranker, pool=4).candidates[0].text
+    assert generate(tasks["softmax"], cpu_hw, model, tok, k=1, ranker=ranker, pool=4).candidates[0].text == first
+
+
+def test_a_bad_pool_is_refused(lm, ranker, tasks, cpu_hw):
+    model, tok = lm
+    with pytest.raises(ValueError, match="pool"):
+        generate(tasks["matmul"], cpu_hw, model, tok, k=1, ranker=ranker, pool=0)
+
+
+@pytest.mark.slow
+def test_seeded_search_measures_the_seeds_then_searches_within_the_budget(lm, ranker, tasks, cpu_hw):
+    from tlm.service.seeded import seeded_search, seeded_tuner_name
+
+    model, tok = lm
+    before = ranker.xgb.data_size
+    s = seeded_search(tasks["matmul"], cpu_hw, model, tok, ranker, model_id="tiny", trials=8, seeds=3,
+                      trials_per_iter=5)
+    assert s.seeds == 3 and 3 < len(s.records) <= 8
+    assert {r.tuner for r in s.records} == {seeded_tuner_name("tiny")}
+    assert s.best is not None and s.best.latency_s == min(r.latency_s for r in s.records if r.latency_s)
+    assert ranker.xgb.data_size == before, "the caller's cost model is left as it was"

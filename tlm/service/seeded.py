@@ -1,0 +1,125 @@
+"""A search seeded by the model: the TLM's candidates start MetaSchedule's evolutionary search.
+
+A plain search spends its first batches on random programs and a cost model that knows
+nothing. Here, within the same trial budget:
+
+1. the TLM writes ``seeds`` candidates, ranked by the hardware key's corpus-trained cost model
+   (``tlm.service.generator.generate`` with a ranker; no measurement);
+2. they are measured like a search's candidates (``collectors.tuner.measure_schedules``);
+3. MetaSchedule's evolutionary search runs the remaining ``trials - seeds`` trials with those
+   records in its database (its first population's measured part is drawn from them) and the
+   corpus-trained XGBoost model as its cost model, updated with every measurement as usual.
+
+Every measured candidate is a record under ``tlm-seeded:<model id>`` (the seeds and the search's
+own), so the closed loop learns from them like from any search.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from collectors.hardware import Hardware
+from collectors.tasks import Task
+
+#: the TLM's candidates measured first, out of the trial budget
+SEEDS = 16
+
+
+@dataclass
+class SeededSearch:
+    """What one seeded search measured, and where its time went."""
+
+    records: list = field(default_factory=list)  # every measured record, seeds first
+    seeds: int = 0
+    generate_s: float = 0.0  # the model and the cost model writing and ranking the seeds
+    search_s: float = 0.0  # measuring the seeds and the search after them
+    best: Any = None  # the fastest correct record (None if none ran)
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.generate_s + self.search_s
+
+
+def seeded_tuner_name(model_id: str) -> str:
+    """The ``tuner`` column of a seeded search's records: ``tlm-seeded:<model id>``."""
+    return f"tlm-seeded:{model_id}"
+
+
+def seeded_search(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ranker: Any, *, model_id: str,
+                  trials: int = 64, seeds: int = SEEDS, trials_per_iter: int = 16, seed: int = 0,
+                  run_id: str = "", on_records: Callable[[list], None] | None = None) -> SeededSearch:
+    """``trials`` measurements of ``task``: the model's ``seeds`` best-ranked candidates, then
+    MetaSchedule's evolutionary search seeded with them and searching with a copy of ``ranker``
+    (a :class:`collectors.cost_model.CostModel`; the caller's copy is never changed)."""
+    from collectors.tuner import TuneConfig, measure_schedules, tune_task
+    from tlm.service.generator import MAX_K, generate
+
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    seeds = max(1, min(seeds, trials, MAX_K))
+    out = SeededSearch()
+    tuner = seeded_tuner_name(model_id)
+
+    def keep(batch: list) -> None:
+        out.records.extend(batch)
+        if on_records is not None:
+            on_records(batch)
+
+    t0 = time.perf_counter()
+    g = generate(task, hardware, model, tokenizer, k=seeds, ranker=ranker)
+    out.generate_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    measure_schedules(task, hardware, [c.schedule for c in g.candidates], tuner=tuner,
+                      config=TuneConfig(trials=len(g.candidates), seed=seed, tuner=tuner), on_records=keep,
+                      run_id=run_id)
+    out.seeds = len(out.records)
+    left = trials - out.seeds
+    if left > 0:
+        xgb = ranker.search_model()
+        _learn(xgb, task, hardware, out.records)
+        tune_task(task, hardware, TuneConfig(trials=left, strategy="evolutionary", seed=seed, tuner=tuner,
+                                             trials_per_iter=min(trials_per_iter, left)),
+                  on_records=keep, run_id=run_id, cost_model=xgb, seed_records=list(out.records))
+    out.search_s = time.perf_counter() - t1
+    ok = [r for r in out.records if r.latency_s is not None]
+    out.best = min(ok, key=lambda r: r.latency_s) if ok else None
+    return out
+
+
+def _learn(xgb: Any, task: Task, hardware: Hardware, records: list) -> None:
+    """Feed the seeds' measurements to the search's cost model (MetaSchedule's ``update``)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from collectors.tir import schedule_of
+
+    if not records:
+        return
+    ctx = ms.TuneContext(mod=task.mod, target=hardware.tvm_target(), num_threads=max(1, hardware.cores))
+    schedules = [schedule_of(task.mod, r.trace_json) for r in records]
+    cands = [ms.MeasureCandidate(s, ArgInfo.from_prim_func(s.mod["main"])) for s in schedules]
+    results = [ms.runner.RunnerResult(run_secs=list(r.run_secs) if r.latency_s is not None else None,
+                                      error_msg=r.error) for r in records]
+    xgb.update(ctx, cands, results)
+
+
+def seeded_tuner(model: Any, tokenizer: Any, model_id: str, ranker: Any) -> Callable[..., Any]:
+    """A ``tune`` function for ``collectors.collect.collect``: each unit is one seeded search
+    of ``config.trials`` measurements (``tlm collect --strategy tlm-seeded``)."""
+
+    def tune(task: Task, hardware: Hardware, config: Any, *, on_records: Callable[[list], None] | None = None,
+             run_id: str = "", progress: Callable[..., None] | None = None) -> Any:
+        from collectors.tuner import TuneSummary
+
+        s = seeded_search(task, hardware, model, tokenizer, ranker, model_id=model_id, trials=config.trials,
+                          seed=config.seed, run_id=run_id, on_records=on_records)
+        summary = TuneSummary(task.workload_key, task.task_name, hardware.key, seeded_tuner_name(model_id),
+                              config.trials, records=len(s.records), errors=sum(r.error is not None for r in s.records),
+                              best_latency_s=s.best.latency_s if s.best else None,
+                              best_trace_json=s.best.trace_json if s.best else None, elapsed_s=s.elapsed_s)
+        if progress is not None:
+            progress(summary.records, config.trials, summary.best_latency_s)
+        return summary
+
+    return tune
