@@ -47,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {d.lr}; finetune 3e-4)")
     p.add_argument("--loss-weighting", choices=WEIGHTINGS, default=None,
                    help="finetune: weight rows by best/latency (default latency for finetune, none for pretrain)")
+    p.add_argument("--weight-power", type=float, default=1.0, help="latency weighting: each fine-tuning row "
+                   "counts (best/latency) ** P (default 1; higher learns from the fastest only)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help=f"steps between checkpoints (default {d.eval_every})")
     p.add_argument("--max-failures", type=int, default=0, help="worker failures to recover from in one run")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
@@ -107,7 +109,7 @@ def _config(args: argparse.Namespace):
     cfg = TrainConfig(
         stage=args.stage, preset=args.preset, epochs=args.epochs, max_steps=args.max_steps,
         batch_size=args.batch_size, lr=args.lr if args.lr is not None else (3e-4 if finetune else TrainConfig.lr),
-        loss_weighting=args.loss_weighting or ("latency" if finetune else "none"),
+        loss_weighting=args.loss_weighting or ("latency" if finetune else "none"), weight_power=args.weight_power,
         eval_every=args.eval_every, seed=args.seed, warmup_steps=5 if finetune else TrainConfig.warmup_steps,
     )
     base_path = base_id = None

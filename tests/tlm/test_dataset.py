@@ -74,6 +74,18 @@ def test_znver4_finetuning_keeps_the_fastest_records_per_sketch(built, tasks):
             assert sorted(lat) == pytest.approx(others[: len(lat)])
 
 
+def test_znver4_top_k_zero_keeps_every_measured_record_with_its_speed(corpus, tmp_path):
+    out = tmp_path / "all"
+    summary = build_datasets(corpus, str(out), DatasetConfig(pretrain_per_sketch=0, finetune_top_k=0,
+                                                             held_out_models=("model_b",)), progress=False)
+    rows = pq.read_table(out / "finetune.parquet").to_pylist()
+    recs = [r for r in json.loads(DATA.read_text()) if r["latency_s"] is not None]
+    assert summary.pretrain_rows == 0 and summary.finetune_rows == len(rows) == len(recs)
+    for r in rows:
+        best = min(x["latency_s"] for x in recs if x["workload_key"] == r["workload_key"])
+        assert r["label"] == pytest.approx(best / r["latency_s"]) and 0 < r["label"] <= 1
+
+
 def test_znver4_stats_and_never_overwrite(built, corpus):
     out, _ = built
     stats = dataset_stats(str(out))

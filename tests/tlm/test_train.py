@@ -77,6 +77,17 @@ def test_context_length_has_headroom_and_bad_presets_are_named(tok):
         model_config("huge", tok, 100)
     with pytest.raises(ValueError, match="unknown stage 'posttrain'"):
         TrainConfig(stage="posttrain")
+    with pytest.raises(ValueError, match="weight_power must be > 0, got 0"):
+        TrainConfig(weight_power=0)
+
+
+def test_the_weight_power_sharpens_the_latency_weighting():
+    from tlm.model.train import _columns
+
+    batch = {"text": ["a", "b", "c"], "prompt_len": [1, 1, 1], "label": [1.0, 0.5, None]}
+    assert _columns(batch, True)[2] == [1.0, 0.5, 1.0]
+    assert _columns(batch, True, 4.0)[2] == [1.0, 0.0625, 1.0]  # a row without a label counts fully
+    assert _columns(batch, False, 4.0)[2] is None
 
 
 def _config(tok_dir, mcfg, cfg, session, total):

@@ -41,7 +41,7 @@ class DatasetConfig:
     """What to put into the training sets."""
 
     pretrain_per_sketch: int = 8  # random valid programs sampled per sketch and hardware
-    finetune_top_k: int = 4  # fastest successful records kept per (task, hardware, sketch)
+    finetune_top_k: int = 4  # fastest successful records kept per (task, hardware, sketch); 0: every one
     held_out_models: tuple[str, ...] = HELD_OUT_MODELS  # whole models whose workloads form the test split
     hardware_keys: tuple[str, ...] = ()  # only these hardware keys (empty: every one in the corpus)
     seed: int = 0  # seeds the design-space sampling
@@ -155,7 +155,8 @@ def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: i
 
 def finetune_rows(records: Sequence[dict], task: Task, hw: Hardware, top_k: int, split: str,
                   skipped: Counter) -> list[dict]:
-    """The ``top_k`` fastest successful records of each sketch of one task on one hardware."""
+    """The ``top_k`` fastest successful records of each sketch of one task on one hardware
+    (``top_k == 0``: every successful record, each labelled with its speed relative to the best)."""
     from tlm.language import LanguageError, encode
 
     ok = [r for r in records if r.get("latency_s") is not None and not r.get("error")]
@@ -171,7 +172,7 @@ def finetune_rows(records: Sequence[dict], task: Task, hw: Hardware, top_k: int,
         except LanguageError as exc:
             skipped[f"not expressible: {exc.reason[:60]}"] += 1
             continue
-        if per_sketch[s.sketch_id] >= top_k:
+        if top_k and per_sketch[s.sketch_id] >= top_k:
             continue
         per_sketch[s.sketch_id] += 1
         rows.append(_row(s, task, hw, split, "measured", r["latency_s"], best / r["latency_s"], r.get("record_id")))

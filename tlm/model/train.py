@@ -47,7 +47,8 @@ class TrainConfig:
     warmup_steps: int = 20  # linear warm-up steps
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     grad_clip: float = 1.0  # max global gradient norm
-    loss_weighting: str = "none"  # none | latency (fine-tuning rows weighted by best/latency)
+    loss_weighting: str = "none"  # none | latency (fine-tuning rows weighted by (best/latency) ** weight_power)
+    weight_power: float = 1.0  # sharpens the latency weighting: 4 makes a row at half the best's speed count 1/16
     eval_every: int = 100  # steps between evaluations and checkpoints (and one at the end)
     eval_batches: int = 0  # > 0: evaluate on at most this many batches per worker
     log_every: int = 10  # steps between progress lines
@@ -61,6 +62,8 @@ class TrainConfig:
         for name in ("batch_size", "eval_every", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.weight_power <= 0:
+            raise ValueError(f"weight_power must be > 0, got {self.weight_power}")
         if self.epochs <= 0 and self.max_steps <= 0:
             raise ValueError("either epochs or max_steps must be > 0")
 
@@ -94,12 +97,13 @@ class Session(Protocol):
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None: ...
 
 
-def _columns(batch: dict, weighted: bool) -> tuple[list[str], list[int], list[float] | None]:
+def _columns(batch: dict, weighted: bool, power: float = 1.0) -> tuple[list[str], list[int], list[float] | None]:
     texts = [str(t) for t in batch["text"]]
     plens = [int(p) for p in batch["prompt_len"]]
     weights = None
     if weighted:
-        weights = [1.0 if w is None or (isinstance(w, float) and math.isnan(w)) else float(w) for w in batch["label"]]
+        weights = [1.0 if w is None or (isinstance(w, float) and math.isnan(w)) else float(w) ** power
+                   for w in batch["label"]]
     return texts, plens, weights
 
 
@@ -231,7 +235,7 @@ def train_loop_per_worker(config: dict) -> None:
             if i < skip:  # batches consumed before the resumed checkpoint
                 continue
             t_step = time.perf_counter()
-            texts, plens, weights = _columns(batch, weighted)
+            texts, plens, weights = _columns(batch, weighted, cfg.weight_power)
             b = encode_batch(texts, plens, weights=weights, **enc)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(state["step"], cfg, total)
