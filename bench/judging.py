@@ -68,6 +68,50 @@ def vit_tasks(hw: Any) -> list:
     return extract_tasks((model, args), hw, model_name=OUTSIDE_MODEL)
 
 
+#: Models outside the zoo whose subgraphs form the "never worse than the simple answers" set:
+#: the kinds of task a zoo-trained model meets least (depthwise and patchify convolutions,
+#: layer and RMS norms, 1-D convolutions, softmax), each a small HF config with random weights.
+OUTSIDE_ZOO = ("convnext_1block", "t5_encoder_layer", "whisper_encoder_layer")
+#: the op kinds taken from each of them (the heaviest task of each kind)
+OUTSIDE_KINDS = ("matmul", "conv2d", "conv1d", "norm", "reduction", "softmax")
+
+
+def outside_zoo_tasks(hw: Any, *, corpus_dir: str | None = None) -> list:
+    """The heaviest task of each kind in :data:`OUTSIDE_KINDS` from each model of
+    :data:`OUTSIDE_ZOO` (plus ConvNeXt's 4x4 stride-4 patchify convolution), leaving out any
+    workload the corpus holds (it could have been trained on), heaviest first."""
+    import torch
+    import transformers as hf
+
+    from collectors.tasks import extract_tasks
+    from storage import Corpus
+
+    with Corpus.open(corpus_dir or CORPUS) as corpus:
+        known = {w["workload_key"] for w in corpus.workloads()}
+    torch.manual_seed(0)
+    models = {
+        "convnext_1block": (hf.ConvNextModel(hf.ConvNextConfig(depths=[1, 1, 1, 1])), (torch.randn(1, 3, 224, 224),)),
+        "t5_encoder_layer": (hf.T5EncoderModel(hf.T5Config(num_layers=1, d_model=512, d_ff=2048, num_heads=8)),
+                             (torch.randint(0, 100, (1, 128)),)),
+        "whisper_encoder_layer": (hf.WhisperModel(hf.WhisperConfig(
+            encoder_layers=1, decoder_layers=1, d_model=384, encoder_attention_heads=6, decoder_attention_heads=6,
+            max_source_positions=250)).encoder, (torch.randn(1, 80, 500),)),
+    }
+    out = []
+    for name in OUTSIDE_ZOO:
+        model, args = models[name]
+        tasks = [t for t in extract_tasks((model.eval(), args), hw, model_name=name) if t.workload_key not in known]
+        tasks.sort(key=lambda t: (-(t.flops or 0), t.task_name))
+        picked = [next(t for t in tasks if t.op_kind == k) for k in OUTSIDE_KINDS if any(t.op_kind == k for t in tasks)]
+        if name == "convnext_1block":  # the stem: a 4x4, stride-4 patchify convolution
+            picked += [t for t in tasks if t.op_kind == "conv2d" and t.task_name == "fused_conv2d_add" and t not in picked]
+        for t in picked:
+            t.weights = {name: t.weight}
+        out += picked
+    out.sort(key=lambda t: (-(t.flops or 0) * t.weight, t.task_name))
+    return out
+
+
 def check_unseen(model_id: str, model_info: dict, tasks: Sequence[Any]) -> None:
     """Refuse (``ValueError``) to judge a model on tasks of a zoo model it was trained on: every
     zoo model the judging set draws from must be among the ``held_out_models`` the model records

@@ -12,7 +12,11 @@ searches come from ``bench/references.py``'s cache when they ran before.
 Per task, each method's schedule and the time it took to get it:
 * ``tlm_top1``: greedy generation (no measurement);
 * ``tlm_best_of_{4,10,32}``: k beams generated, all measured, the fastest kept (generation +
-  measurement time);
+  measurement time); without a cost model only;
+* with a cost model (``--cost-model``, default the model's own ``cost_model.tar``):
+  ``tlm_ranked_top1`` (the cost model's best of the sampled pool, no measurement),
+  ``tlm_ranked_best_of_{4,10,32}`` (its k best, measured) and ``tlm_seeded_64`` (the search
+  seeded by the model, ``tlm.service.seeded``: 64 measurements in all);
 * ``ms_{64,N}``: MetaSchedule's evolutionary search, one run of N trials (default 256); the
   64-trial figure is the best of its first 64 measured candidates (the search's first batch;
   a separate 64-trial run would start identically), its time the time to that point;
@@ -37,10 +41,12 @@ import argparse
 import json
 import os
 import time
+from dataclasses import asdict
 from typing import Any
 
 from bench._common import geomean, machine
-from bench.judging import CORPUS, OUTSIDE_DESCRIPTION, check_unseen, judging_set
+from bench.judging import (CORPUS, OUTSIDE_DESCRIPTION, OUTSIDE_MODEL, OUTSIDE_ZOO, check_unseen, judging_set,
+                           outside_zoo_tasks)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -58,53 +64,183 @@ def peak_gflops(threads: int) -> float:
     return 2 * 2048 ** 3 / s / 1e9
 
 
-def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int) -> dict:
+def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int, ranker: Any = None,
+             budgets: tuple[int, ...] = (64, 256), seeded: int = 0, model_id: str = "") -> dict:
     """Every method on one task, judged in one measurement call (collectors.judge)."""
     from bench.references import reference_search
     from collectors.judge import Method, judge, random_method, rules_method
+    from collectors.tir import schedule_of
     from tlm.service.generator import generate
+    from tlm.service.seeded import seeded_search
 
     g1, g1b = generate(task, hw, model, tok, k=1), generate(task, hw, model, tok, k=1)
     methods = {"tlm_top1": Method([g1.candidates[0].schedule], g1.generate_s + g1.check_s)}
-    for k in KS:
+    for k in KS if ranker is None else ():  # with a cost model, its ranked best-of-k stand in for these
         g = generate(task, hw, model, tok, k=k)
         methods[f"tlm_best_of_{k}"] = Method([c.schedule for c in g.candidates], g.generate_s + g.check_s,
                                              measured=True)
+    row: dict = {}
+    if ranker is not None:  # the cost model ranks the pool: top-1 without measuring, top-k measured
+        gr = generate(task, hw, model, tok, k=max(KS), ranker=ranker)
+        spent = gr.generate_s + gr.check_s + gr.rank_s
+        methods["tlm_ranked_top1"] = Method([gr.candidates[0].schedule], spent)
+        for k in KS:
+            methods[f"tlm_ranked_best_of_{k}"] = Method([c.schedule for c in gr.candidates[:k]], spent, measured=True)
+        again = generate(task, hw, model, tok, k=1, ranker=ranker)
+        row["deterministic_ranked"] = again.candidates[0].text == gr.candidates[0].text
+        row["ranked_pool"] = gr.pool
+    if ranker is not None and seeded:  # the model's candidates start a search with the corpus's cost model
+        ss = seeded_search(task, hw, model, tok, ranker, model_id=model_id, trials=seeded)
+        if ss.best is not None:
+            methods[f"tlm_seeded_{seeded}"] = Method([schedule_of(task.mod, ss.best.trace_json)], ss.elapsed_s)
+        row["seeded"] = {"records": len(ss.records), "seeds": ss.seeds, "generate_s": ss.generate_s,
+                         "search_s": ss.search_s}
     methods["rules"] = rules_method(task, hw)
     methods["random"] = random_method(task, hw)
-    search = reference_search(task, hw, trials, budgets=(64,))
+    search = reference_search(task, hw, trials, budgets=tuple(b for b in budgets if b < trials))
     methods.update(search.methods)
-    row = {"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "flops": task.flops,
-           "weight": task.weight, "deterministic_greedy": g1.candidates[0].text == g1b.candidates[0].text,
-           "methods": judge(task, hw, methods)}
+    row.update({"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "flops": task.flops,
+                "weight": task.weight, "weights": getattr(task, "weights", {task.model: task.weight}),
+                "deterministic_greedy": g1.candidates[0].text == g1b.candidates[0].text,
+                "methods": judge(task, hw, methods)})
     tlm = row["methods"]["tlm_top1"]["latency_s"]
     if tlm is not None:  # from the search's own timings of its candidates
         row["ms_parity_s"] = next((t for t, lat in search.curve if lat <= tlm), None)
     return row
 
 
-def aggregate(rows: list[dict], trials: int, peak: float) -> dict:
-    ref = f"ms_{trials}"
+def outside_task(task: Any, hw: Any, model: Any, tok: Any, ranker: Any = None) -> dict:
+    """A task of a model outside the zoo: the served top-1 (greedy, and ranked by the cost model)
+    against the simple answers (rules, the first random valid program), in one measurement call."""
+    from collectors.judge import Method, judge, random_method, rules_method
+    from tlm.service.generator import generate
+
+    g = generate(task, hw, model, tok, k=1)
+    methods = {"tlm_top1": Method([g.candidates[0].schedule], g.generate_s + g.check_s),
+               "rules": rules_method(task, hw), "random": random_method(task, hw)}
+    if ranker is not None:
+        gr = generate(task, hw, model, tok, k=1, ranker=ranker)
+        methods["tlm_ranked_top1"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s + gr.rank_s)
+    row = {"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "flops": task.flops,
+           "weight": task.weight, "methods": judge(task, hw, methods)}
+    simple = [row["methods"][n]["latency_s"] for n in ("rules", "random") if row["methods"][n]["latency_s"]]
+    row["over_simple"] = {n: row["methods"][n]["latency_s"] / min(simple)
+                          for n in ("tlm_top1", "tlm_ranked_top1") if n in row["methods"]
+                          and row["methods"][n]["latency_s"] and simple}
+    return row
+
+
+def outside_summary(rows: list[dict]) -> dict:
+    """Per served method: the worst and geomean top-1 latency / min(rules, random) over the set."""
+    names = sorted({n for r in rows for n in r["over_simple"]})
+    return {n: {"worst": max(r["over_simple"][n] for r in rows if n in r["over_simple"]),
+                "worst_task": max((r for r in rows if n in r["over_simple"]), key=lambda r: r["over_simple"][n])["task"],
+                "geomean": geomean([r["over_simple"][n] for r in rows if n in r["over_simple"]])} for n in names}
+
+
+def aggregate(rows: list[dict], ref: str, peak: float) -> dict:
+    """Per method: geomean speed vs ``ref`` (and vs every MetaSchedule budget and the rules),
+    weighted latency, time to get the schedule; % of peak; determinism; time to parity."""
     names = sorted({n for r in rows for n in r["methods"]})
+    lat = lambda r, n: r["methods"].get(n, {}).get("latency_s")  # noqa: E731
+    others = sorted({n for n in names if n.startswith("ms_")}, key=lambda n: int(n[3:])) + ["rules"]
     out: dict = {"reference": ref, "peak_gflops": peak, "methods": {}}
     for n in names:
-        speed = [r["methods"][ref]["latency_s"] / r["methods"][n]["latency_s"] for r in rows
-                 if n in r["methods"] and r["methods"][n]["latency_s"] and r["methods"].get(ref, {}).get("latency_s")]
-        common = [r for r in rows if all(r["methods"].get(m, {}).get("latency_s") for m in (n, ref))]
+        speed = [lat(r, ref) / lat(r, n) for r in rows if lat(r, n) and lat(r, ref)]
+        common = [r for r in rows if lat(r, n) and lat(r, ref)]
         out["methods"][n] = {
             "tasks": len(speed), "geomean_speed_vs_ref": geomean(speed),
-            "weighted_latency_s": sum(r["weight"] * r["methods"][n]["latency_s"] for r in common),
-            "ref_weighted_latency_s": sum(r["weight"] * r["methods"][ref]["latency_s"] for r in common),
+            "geomean_speed_vs": {o: geomean([lat(r, o) / lat(r, n) for r in rows if lat(r, n) and lat(r, o)])
+                                 for o in others},
+            "weighted_latency_s": sum(r["weight"] * lat(r, n) for r in common),
+            "ref_weighted_latency_s": sum(r["weight"] * lat(r, ref) for r in common),
             "geomean_time_s": geomean([r["methods"][n]["time_s"] for r in rows if n in r["methods"]]) or 0.0,
         }
     mm = [r for r in rows if r["op_kind"] in ("matmul", "conv2d") and r["flops"]]
-    out["pct_of_peak"] = {n: geomean([100 * r["flops"] / r["methods"][n]["latency_s"] / 1e9 / peak for r in mm
-                                      if r["methods"].get(n, {}).get("latency_s")]) for n in names}
+    out["pct_of_peak"] = {n: geomean([100 * r["flops"] / lat(r, n) / 1e9 / peak for r in mm if lat(r, n)])
+                          for n in names}
     out["deterministic_greedy"] = all(r["deterministic_greedy"] for r in rows)
+    if any("deterministic_ranked" in r for r in rows):
+        out["deterministic_ranked"] = all(r.get("deterministic_ranked", True) for r in rows)
     par = [r["ms_parity_s"] / r["methods"]["tlm_top1"]["time_s"] for r in rows if r.get("ms_parity_s")]
     out["time_to_parity"] = {"tasks_reached": len(par), "tasks": len(rows),
                              "geomean_ms_parity_over_tlm_time": geomean(par)}
+    out["whole_model"] = whole_model(rows, names)
+    out["targets"] = targets(rows, out)
     return out
+
+
+def outside_target(summary: dict) -> dict:
+    """The issue's last target, from :func:`outside_summary`."""
+    method = "tlm_ranked_top1" if "tlm_ranked_top1" in summary else "tlm_top1"
+    value = summary.get(method, {}).get("worst")
+    return {"figure": "outside-zoo set: worst task, top-1 / min(rules, random)", "method": method,
+            "against": "min(rules, random)", "value": value, "target": "<= 1.5",
+            "met": value is not None and value <= 1.5}
+
+
+def whole_model(rows: list[dict], names: list[str]) -> dict:
+    """Per held-out model: sum over its judged tasks of occurrences x latency, per method (tasks
+    every method measured only, so the sums compare)."""
+    out: dict = {}
+    for m in sorted({m for r in rows for m in r.get("weights", {})}):
+        mine = [r for r in rows if m in r.get("weights", {})
+                and all(r["methods"].get(n, {}).get("latency_s") for n in names if n in r["methods"])]
+        out[m] = {"tasks": len(mine), "latency_s": {
+            n: sum(r["weights"][m] * r["methods"][n]["latency_s"] for r in mine if n in r["methods"]) for n in names}}
+    return out
+
+
+#: The issue's targets: (figure, method, against, at least / at most, bound).
+TARGETS = (
+    ("TLM top-1, no measurement, vs MS@256", "top1", "ms_256", ">=", 0.85),
+    ("TLM top-1 vs the rule baseline", "top1", "rules", ">=", 1.5),
+    ("TLM best-of-10 measured vs MS@256", "best_of_10", "ms_256", ">=", 1.0),
+    ("TLM best-of-32 measured vs MS@1000", "best_of_32", "ms_1000", ">=", 0.95),
+    ("model-seeded search @64 vs MS@256", "seeded_64", "ms_256", ">=", 1.05),
+    ("whole held-out models, TLM top-1 / MS@64 per task", "top1", "ms_64", "<=", 1.0),
+)
+
+
+def targets(rows: list[dict], agg: dict) -> list[dict]:
+    """The targets' figures, each from the best TLM variant that makes no measurement it does
+    not admit (ranked by the cost model when there is one, else by likelihood)."""
+    out = []
+    ranked = "tlm_ranked_top1" in agg["methods"]
+    for what, kind, against, op, bound in TARGETS:
+        method = f"tlm_ranked_{kind}" if ranked and not kind.startswith("seeded") else f"tlm_{kind}"
+        if what.startswith("whole"):
+            sums = [w["latency_s"] for w in agg["whole_model"].values()]
+            vals = [s[method] / s[against] for s in sums if s.get(method) and s.get(against)]
+            value = max(vals) if vals else None
+        else:
+            value = agg["methods"].get(method, {}).get("geomean_speed_vs", {}).get(against)
+        met = value is not None and (value >= bound if op == ">=" else value <= bound)
+        out.append({"figure": what, "method": method, "against": against, "value": value,
+                    "target": f"{op} {bound}", "met": met})
+    return out
+
+
+def load_ranker(choice: str | None, model_dir: str) -> Any:
+    """The cost model that ranks the TLM's candidates: ``choice`` (a directory, or 'none'), else
+    the one saved beside the model, else None."""
+    from collectors.cost_model import COST_MODEL_FILE, CostModel
+
+    if choice == "none":
+        return None
+    where = choice or model_dir
+    if choice is None and not os.path.exists(os.path.join(where, COST_MODEL_FILE)):
+        return None
+    return CostModel.load(where)
+
+
+def check_unseen_by_cost_model(ranker: Any, tasks: list) -> None:
+    """Refuse a cost model trained on a judged zoo task (the ViT layer is outside the corpus)."""
+    seen = [t.task_name for t in tasks if t.model != OUTSIDE_MODEL
+            and t.workload_key not in set(ranker.config.exclude_workloads)]
+    if seen:
+        raise ValueError(f"the cost model was trained on judged tasks ({', '.join(seen[:5])}...): "
+                         "judging with it would judge on its training data")
 
 
 def plots(rows: list[dict], agg: dict, stem: str) -> list[str]:
@@ -150,39 +286,81 @@ def plots(rows: list[dict], agg: dict, stem: str) -> list[str]:
 
 
 def report_md(res: dict) -> str:
-    agg, rows = res["aggregate"], res["tasks"]
-    ref = agg["reference"]
+    agg, rows = res.get("aggregate", {}), res.get("tasks", [])
+    ref = agg.get("reference", "-")
     lines = [f"# Schedule quality on {res['hardware']} ({res['model_id']})", "",
              f"Held-out zoo models {', '.join(res['held_out_models'])} and one ViT-B/16 layer (outside the zoo); "
              f"MetaSchedule evolutionary up to {res['trials']} trials; everything re-measured in one call per task "
-             f"(3x3 runs, median, checked). Reference: `{ref}`. Greedy deterministic: {agg['deterministic_greedy']}.",
-             "", "| method | tasks | speed vs ref (geomean) | weighted latency / ref | time per task (geomean s) "
-             "| % of peak (matmul/conv) |", "|---|---:|---:|---:|---:|---:|"]
-    for n, m in agg["methods"].items():
-        wl = m["weighted_latency_s"] / m["ref_weighted_latency_s"] if m["ref_weighted_latency_s"] else float("nan")
-        pk = agg["pct_of_peak"].get(n)
-        lines.append(f"| {n} | {m['tasks']} | {m['geomean_speed_vs_ref'] or float('nan'):.2f} | {wl:.2f} | "
-                     f"{m['geomean_time_s']:.2f} | {pk if pk is None else round(pk, 1)} |")
-    tp = agg["time_to_parity"]
-    lines += ["", f"Time to parity: MetaSchedule reached the TLM top-1's latency on {tp['tasks_reached']} of "
-              f"{tp['tasks']} tasks, after {tp['geomean_ms_parity_over_tlm_time']} x the TLM's generation time "
-              "(geomean over those tasks).", "", "| task | model | " + " | ".join(agg["methods"]) + " |",
-              "|---|---|" + "---:|" * len(agg["methods"])]
-    for r in rows:
-        cells = []
-        for n in agg["methods"]:
-            m = r["methods"].get(n)
-            cells.append(f"{m['latency_s'] * 1e6:.0f} us" if m and m["latency_s"] else "-")
-        lines.append(f"| {r['task']} | {r['model']} | " + " | ".join(cells) + " |")
+             f"(3x3 runs, median, checked). Reference: `{ref}`. Greedy deterministic: {agg.get('deterministic_greedy')}"
+             f"; cost-model ranking deterministic: {agg.get('deterministic_ranked', '-')}.", ""]
+    ranking = (res.get("cost_model") or {}).get("held_out", {}).get("ranking")
+    if ranking:
+        lines += [f"Cost model (`{res['cost_model']['config']['hardware_key']}`, "
+                  f"{res['cost_model']['summary']['records']} records of {res['cost_model']['summary']['workloads']} "
+                  f"training workloads) on the held-out workloads' measured records ({ranking['workloads']} workloads, "
+                  f"{ranking['records']} records): Spearman {ranking['spearman_mean']:.2f}; its top-1 reaches "
+                  f"{ranking['top1_geomean']:.2f} and its best of top-5 {ranking['top5_geomean']:.2f} of the best "
+                  f"record's speed (a random pick: {ranking['random_geomean']:.2f}).", ""]
+    tgts = list(agg.get("targets", [])) + ([res["outside_zoo_set"]["target"]] if "outside_zoo_set" in res else [])
+    lines += ["| target | method | against | value | target | met |", "|---|---|---|---:|---:|---|"]
+    for t in tgts:
+        v = "-" if t["value"] is None else f"{t['value']:.2f}"
+        lines.append(f"| {t['figure']} | {t['method']} | {t['against']} | {v} | {t['target']} | "
+                     f"{'yes' if t['met'] else 'no'} |")
+    if agg.get("methods"):
+        others = next(iter(agg["methods"].values()))["geomean_speed_vs"]
+        lines += ["", "| method | tasks | speed vs ref (geomean) | " + " | ".join(f"vs {o}" for o in others)
+                  + " | weighted latency / ref | time per task (geomean s) | % of peak (matmul/conv) |",
+                  "|---|---:|---:|" + "---:|" * len(others) + "---:|---:|---:|"]
+        for n, m in agg["methods"].items():
+            wl = m["weighted_latency_s"] / m["ref_weighted_latency_s"] if m["ref_weighted_latency_s"] else float("nan")
+            pk = agg["pct_of_peak"].get(n)
+            vs = " | ".join(f"{m['geomean_speed_vs'][o] or float('nan'):.2f}" for o in others)
+            lines.append(f"| {n} | {m['tasks']} | {m['geomean_speed_vs_ref'] or float('nan'):.2f} | {vs} | {wl:.2f} | "
+                         f"{m['geomean_time_s']:.2f} | {pk if pk is None else round(pk, 1)} |")
+        for model, w in agg.get("whole_model", {}).items():
+            lines += ["", f"Whole {model} over its {w['tasks']} judged tasks (occurrences x latency): " + ", ".join(
+                f"{n} {v * 1e3:.2f} ms" for n, v in sorted(w["latency_s"].items(), key=lambda x: x[1]))]
+        tp = agg["time_to_parity"]
+        lines += ["", f"Time to parity: MetaSchedule reached the TLM top-1's latency on {tp['tasks_reached']} of "
+                  f"{tp['tasks']} tasks, after {tp['geomean_ms_parity_over_tlm_time']} x the TLM's generation time "
+                  "(geomean over those tasks)."]
+    lines += _task_table(rows, list(agg.get("methods", {})))
+    if "outside_zoo_set" in res:
+        o = res["outside_zoo_set"]
+        lines += ["", f"## Outside the zoo ({', '.join(o['models'])}): top-1 against the simple answers", ""]
+        lines += [f"- `{n}`: worst {v['worst']:.2f}x min(rules, random) ({v['worst_task']}), geomean {v['geomean']:.2f}x"
+                  for n, v in o.get("summary", {}).items()]
+        lines += _task_table(o["tasks"], sorted({n for r in o["tasks"] for n in r["methods"]}))
     return "\n".join(lines) + "\n"
+
+
+def _task_table(rows: list[dict], names: list[str]) -> list[str]:
+    if not rows:
+        return []
+    out = ["", "| task | model | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    for r in rows:
+        cells = [f"{r['methods'][n]['latency_s'] * 1e6:.0f} us" if r["methods"].get(n, {}).get("latency_s") else "-"
+                 for n in names]
+        out.append(f"| {r['task']} | {r['model']} | " + " | ".join(cells) + " |")
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=CORPUS)
     ap.add_argument("--model", default=None, help="model directory (default: the shipped model of this host's key)")
-    ap.add_argument("--tasks", type=int, default=None, help="only the N heaviest tasks of the judging set")
-    ap.add_argument("--trials", type=int, default=256)
+    ap.add_argument("--tasks", type=int, default=None, help="only the N heaviest tasks of the judging set "
+                    "(0: none, the outside-zoo set alone)")
+    ap.add_argument("--trials", type=int, default=256, help="MetaSchedule's search length (its prefixes "
+                    "64 and 256 are judged too)")
+    ap.add_argument("--reference", type=int, default=256, help="the budget every speed is relative to")
+    ap.add_argument("--cost-model", default=None, help="directory of a cost model to rank the TLM's candidates "
+                    "(default: the model's own, when it ships one; 'none': rank by likelihood alone)")
+    ap.add_argument("--seeded", type=int, default=64, metavar="TRIALS", help="the model-seeded search's budget "
+                    "(tlm.service.seeded; needs a cost model; 0: skip)")
+    ap.add_argument("--outside", action=argparse.BooleanOptionalAction, default=True,
+                    help="also judge the outside-zoo set (bench.judging.outside_zoo_tasks) against the simple answers")
     ap.add_argument("--out", default=os.path.join(RESULTS, "quality.json"))
     args = ap.parse_args()
 
@@ -197,35 +375,58 @@ def main() -> None:
     hw = detect_hardware("cpu")
     entry = resolve_model(args.model) if args.model else model_for(hw.key)
     model, tok, _ = load_model(entry.path)
-    tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks)
+    tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks) if args.tasks != 0 else []
+    ranker = load_ranker(args.cost_model, entry.path)
     try:
         check_unseen(entry.model_id, read_model_info(entry.path), tasks)
+        if ranker is not None:
+            check_unseen_by_cost_model(ranker, tasks)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
+    ref = f"ms_{min(args.reference, args.trials)}"
     t0 = time.time()
     peak = peak_gflops(hw.cores)
-    rows = []
+    res = {"machine": machine(hw), "hardware": hw.key, "model_id": entry.model_id,
+           "held_out_models": list(HELD_OUT_MODELS), "outside_zoo": OUTSIDE_DESCRIPTION,
+           "trials": args.trials, "ks": list(KS), "seeded_trials": args.seeded if ranker is not None else 0,
+           "cost_model": ranker and {"config": asdict(ranker.config) | {"exclude_workloads": len(
+               ranker.config.exclude_workloads)}, "summary": asdict(ranker.summary), "held_out": ranker.held_out}}
+    rows: list[dict] = []
     for i, task in enumerate(tasks):
         print(f"[{i + 1}/{len(tasks)}] {task.task_name} ({task.model})", flush=True)
-        rows.append(one_task(task, hw, model, tok, args.trials))
-        m = rows[-1]["methods"]
-        print("   " + ", ".join(f"{n} {v['latency_s'] * 1e6:.0f}us/{v['time_s']:.1f}s" for n, v in m.items()
-                                if v["latency_s"]), flush=True)
-        res = {"machine": machine(hw),
-               "hardware": hw.key, "model_id": entry.model_id, "held_out_models": list(HELD_OUT_MODELS),
-               "outside_zoo": OUTSIDE_DESCRIPTION,
-               "trials": args.trials, "ks": list(KS), "wall_s": round(time.time() - t0, 1), "tasks": rows,
-               "aggregate": aggregate(rows, args.trials, peak)}
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:  # after every task: a stopped run keeps what it measured
-            json.dump(res, f, indent=2)
+        rows.append(one_task(task, hw, model, tok, args.trials, ranker, seeded=args.seeded, model_id=entry.model_id))
+        _print_row(rows[-1])
+        res.update(wall_s=round(time.time() - t0, 1), tasks=rows, aggregate=aggregate(rows, ref, peak))
+        _save(res, args.out)  # after every task: a stopped run keeps what it measured
+    if args.outside:
+        outside = outside_zoo_tasks(hw, corpus_dir=args.corpus)
+        res["outside_zoo_set"] = {"models": list(OUTSIDE_ZOO), "tasks": []}
+        for i, task in enumerate(outside):
+            print(f"[outside {i + 1}/{len(outside)}] {task.task_name} ({task.model})", flush=True)
+            res["outside_zoo_set"]["tasks"].append(outside_task(task, hw, model, tok, ranker))
+            _print_row(res["outside_zoo_set"]["tasks"][-1])
+            summary = outside_summary(res["outside_zoo_set"]["tasks"])
+            res["outside_zoo_set"].update(summary=summary, target=outside_target(summary))
+            res["wall_s"] = round(time.time() - t0, 1)
+            _save(res, args.out)
     stem = os.path.splitext(args.out)[0]
-    res["plots"] = [os.path.relpath(p, os.path.dirname(args.out)) for p in plots(rows, res["aggregate"], stem)]
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=2)
+    if rows:
+        res["plots"] = [os.path.relpath(p, os.path.dirname(args.out)) for p in plots(rows, res["aggregate"], stem)]
+    _save(res, args.out)
     with open(stem + ".md", "w") as f:
         f.write(report_md(res))
     print(report_md(res))
+
+
+def _print_row(row: dict) -> None:
+    print("   " + ", ".join(f"{n} {v['latency_s'] * 1e6:.0f}us/{v['time_s']:.1f}s" for n, v in row["methods"].items()
+                            if v["latency_s"]), flush=True)
+
+
+def _save(res: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(res, f, indent=2)
 
 
 if __name__ == "__main__":
