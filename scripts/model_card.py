@@ -45,6 +45,7 @@ def card(path: str, command: str, quality: str | None = None) -> str:
         "", "Loss and accuracy count decision tokens only (the prompt is given; padding is nothing), on the",
         "sentences of tasks that occur in the held-out models, which were never trained on.", "",
         *_greedy(m),
+        *_cost_model(path),
         *_quality(quality, name),
         "## Reproduce", "", "```sh", command, "```", "",
         "Training configuration (from `tlm_model.json`):", "", "```json", json.dumps(tc, indent=2, sort_keys=True), "```",
@@ -72,6 +73,30 @@ def _greedy(m: dict) -> list[str]:
     return out + [""]
 
 
+def _cost_model(path: str) -> list[str]:
+    """The cost-model section, from ``cost_model.json`` when the directory ships one."""
+    meta_path = os.path.join(path, "cost_model.json")
+    if not os.path.exists(meta_path):
+        return []
+    with open(meta_path) as f:
+        meta = json.load(f)
+    s, held = meta["summary"], meta.get("held_out") or {}
+    r = held.get("ranking") or {}
+    out = ["## Its cost model (`cost_model.tar`)", "",
+           f"MetaSchedule's XGBoost cost model (per-store features) trained on {s['records']} measured records of "
+           f"{s['workloads']} workloads of `{meta['config']['hardware_key']}` ({s['errors']} failures as examples of "
+           f"cost ~0), the workloads of {', '.join(held.get('models') or []) or 'no model'} left out. The generator "
+           "ranks a sampled pool of this model's programs with it (served top-1 and best-of-k), and "
+           "`tlm collect --strategy tlm-seeded` searches with it."]
+    if r.get("workloads"):
+        out += ["", f"On the held-out workloads' measured records ({r['workloads']} workloads, {r['records']} records): "
+                f"Spearman {r['spearman_mean']:.2f}; its top-1 reaches {r['top1_geomean']:.2f} and its best of "
+                f"top-5 {r['top5_geomean']:.2f} of the best record's speed (a random pick: {r['random_geomean']:.2f}; "
+                "geometric means over the workloads)."]
+    return out + ["", "Made by `tlm cost-model fit --corpus data/corpus --hardware "
+                  f"{meta['config']['hardware_key']} --out <this directory>` (the last step of the command below).", ""]
+
+
 def _quality(path: str | None, name: str) -> list[str]:
     """The side-by-side section from ``bench/results/quality.json``, when it measured this model."""
     if not path or not os.path.exists(path):
@@ -93,7 +118,17 @@ def _quality(path: str | None, name: str) -> list[str]:
         pk = agg["pct_of_peak"].get(n)
         out.append(f"| {n} | {v['geomean_speed_vs_ref']:.2f} | {v['geomean_time_s']:.2f} | "
                    f"{'-' if pk is None else f'{pk:.1f}'} |")
+    targets = list(agg.get("targets", [])) + ([q["outside_zoo_set"]["target"]] if "outside_zoo_set" in q else [])
+    if targets:
+        out += ["", "The targets of the schedule-quality work, from the same run:", "",
+                "| figure | method | value | target | met |", "|---|---|---:|---:|---|"]
+        out += [f"| {t['figure']} | {t['method']} | {_number(t['value'])} | {t['target']} | {'yes' if t['met'] else 'no'} |"
+                for t in targets]
     return out + ["", "Per task, in `bench/results/quality.md`.", ""]
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def main() -> None:

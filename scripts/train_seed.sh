@@ -3,7 +3,8 @@
 # held-out models held out whole (collectors.zoo.HELD_OUT_MODELS: MobileNetV2, a CNN family, and
 # BERT-base, a transformer family; a workload they share with another model is held out too), a pretraining run on sampled programs of
 # every task, then a fine-tune on this hardware's fastest measured schedules. Both go to
-# models/<name>/ (safetensors, tokenizer, tlm_model.json). Resumable: a stopped step reruns
+# models/<name>/ (safetensors, tokenizer, tlm_model.json), and the fine-tuned model's cost model
+# (cost_model.tar: MetaSchedule's XGBoost model trained on the key's records). Resumable: a stopped step reruns
 # with the same --name and continues from its newest checkpoint; a finished step is skipped.
 #
 # Usage: scripts/train_seed.sh [HARDWARE_KEY]   (default: the one key of data/corpus)
@@ -33,5 +34,8 @@ fi
 [[ -f models/$FT/model.safetensors ]] || .venv/bin/tlm train --stage finetune --hardware "$KEY" --base models/$PRE \
   --dataset $SETS --workers "$WORKERS" --epochs "$FT_EPOCHS" --out models --name "$FT" --no-register \
   --corpus $CORPUS --quality-tasks "${QUALITY_TASKS:-8}"
+# the cost model that ranks the fine-tuned model's candidates (held-out models left out, as above)
+[[ -f models/$FT/cost_model.tar ]] || .venv/bin/tlm cost-model fit --corpus $CORPUS --hardware "$KEY" \
+  --out models/$FT ${HELD_OUT:+--held-out "$HELD_OUT"}
 rm -rf models/.train-runs
 echo "models/$PRE and models/$FT are ready"

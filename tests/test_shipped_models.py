@@ -62,3 +62,32 @@ def test_the_catalog_finds_the_shipped_models_without_being_told_where():
     assert Path(SHIPPED_MODELS).resolve() == MODELS.resolve()
     assert {m.model_id for m in shipped_models()} == {p.parent.name for p in SHIPPED}
     assert pretrained_model().model_id in {p.parent.name for p in SHIPPED}
+
+
+def test_the_fine_tuned_model_ships_a_cost_model_held_out_like_itself_that_ranks_its_pool(tmp_path):
+    """models/<fine-tuned>/cost_model.tar: found by the catalog, trained on its own key with the
+    model's held-out workloads left out, and ranking a sampled pool of a held-out task."""
+    import shutil
+
+    from collectors.hardware import detect_hardware
+    from collectors.tasks import task_from_index
+    from storage import Corpus
+    from tlm.model.network import load_model, read_model_info
+    from tlm.service.catalog import ranker_of
+    from tlm.service.generator import generate
+
+    tuned = [p.parent for p in SHIPPED if json.loads(p.read_text()).get("stage") == "finetune"]
+    assert tuned, "no fine-tuned model shipped"
+    d = tuned[0]
+    ranker = ranker_of(str(d))
+    assert ranker is not None, f"{d} ships no cost_model.tar"
+    info = read_model_info(str(d))
+    assert ranker.config.hardware_key == info["hardware_key"]
+    assert ranker.held_out["models"] == info["held_out_models"]
+    shutil.copy(DATA / "index.sqlite", tmp_path / "index.sqlite")
+    with Corpus.open(tmp_path, index_url=f"sqlite:///{tmp_path / 'index.sqlite'}") as c:
+        w = next(w for w in c.workloads() if w["task_name"] == "conv2d3" and "mobilenetv2" in (w.get("models") or {}))
+    assert w["workload_key"] in set(ranker.config.exclude_workloads), "a held-out task was trained on"
+    model, tok, _ = load_model(str(d))
+    g = generate(task_from_index(w), detect_hardware("cpu"), model, tok, k=2, ranker=ranker, pool=8)
+    assert len(g.candidates) == 2 and g.candidates[0].predicted >= g.candidates[1].predicted
