@@ -110,7 +110,7 @@ def _quality(path: str | None, name: str) -> list[str]:
            f"{len(q['tasks'])} tasks of models it never saw ({', '.join(q['held_out_models'])}; {q['outside_zoo']}), "
            f"every schedule re-measured in one process with one evaluator setting and checked. Speed is "
            f"`{agg['reference']}`'s latency over the method's (above 1: faster than MetaSchedule after "
-           f"{q['trials']} trials); time is what getting the schedule took (generation, search, measurement). "
+           f"{agg['reference'].removeprefix('ms_')} trials); time is what getting the schedule took (generation, search, measurement). "
            f"Greedy generation deterministic: {agg['deterministic_greedy']}.", "",
            "| method | speed vs reference (geomean) | time per task (geomean s) | % of peak (matmul, conv2d) |",
            "|---|---:|---:|---:|"]
