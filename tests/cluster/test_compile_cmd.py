@@ -104,3 +104,32 @@ def test_collect_with_the_tlm_strategy_closes_the_loop_and_resumes(tiny_dir, tmp
     with Corpus.open(str(tmp_path / "c")) as corpus:
         assert corpus.scan().num_rows == first
     assert main([*argv[:-3], "--trials", "65", "--corpus", str(tmp_path / "c")]) == 2
+
+
+@pytest.mark.slow
+def test_collect_with_the_seeded_strategy_needs_a_cost_model_then_searches_from_the_models_candidates(
+        tiny_dir, tmp_path, capsys):
+    import shutil
+
+    from collectors.cost_model import CostModel, CostModelConfig
+    from storage import Corpus
+    from tests.helpers.corpora import measured_corpus, small_tasks, znver4
+
+    argv = ["collect", "--strategy", "tlm-seeded", "--model", "resnet50", "--small", "--tasks", "1",
+            "--trials", "20", "--corpus", str(tmp_path / "c"), "--no-progress"]
+    bare = str(tmp_path / "bare")
+    shutil.copytree(tiny_dir, bare)
+    assert main([*argv, "--tlm-model", bare]) == 2
+    assert "no cost model in" in capsys.readouterr().err
+    model_dir = str(tmp_path / "with-cost-model")
+    shutil.copytree(tiny_dir, model_dir)
+    hw = znver4()
+    with measured_corpus(tmp_path / "records", small_tasks(), hw) as corpus:
+        CostModel.fit(corpus, hw, CostModelConfig(hardware_key=hw.key)).save(model_dir)
+    assert main([*argv, "--tlm-model", model_dir]) == 0
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        t = corpus.scan()
+        assert set(t.column("tuner").to_pylist()) == {"tlm-seeded:with-cost-model"}
+        assert t.num_rows <= 20, "the seeds and the search share one budget"
+        phases = {json.loads(p)["trials"] for p in t.column("tuner_params").to_pylist()}
+        assert len(phases) == 2 and sum(phases) == 20, "the model's seeds were measured, then the search ran"

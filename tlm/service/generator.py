@@ -15,7 +15,8 @@ by the model's mean log-probability per decision token (``Candidate.score``).
 * ``k > 1``: beam search with ``k`` beams per sketch (deterministic as well), all sketches'
   beams pooled, duplicates removed, the ``k`` best kept.
 * ``ranker`` given (a :class:`collectors.cost_model.CostModel` of the hardware key): ``pool``
-  programs sampled per sketch (the model's distribution under the constraint, seeded) plus
+  programs sampled, shared evenly by the sketches (the model's distribution under the
+  constraint, seeded), plus
   each sketch's greedy program are all proven valid and ranked by the cost model's predicted
   speed instead of the likelihood, and the ``k`` best kept. Likelihood says what the search's
   fast programs *look like*; it cannot see that a legal compute location repeats a reduction
@@ -38,9 +39,11 @@ from tlm.language import EOS, PAD, apply_sentence, build_space, live_sketches, p
 from tlm.service.constrained import make_logits_processor
 
 MAX_K = 64  # candidates one call may ask for
-#: programs sampled per sketch for the cost model to rank (with a ranker): enough to hold the
-#: fast programs the likelihood ranks below the greedy one, few enough to decode in a few seconds
-RANK_POOL = 32
+#: programs sampled for the cost model to rank (with a ranker), shared evenly by the sketches
+#: (32 each for a matmul's 3): enough to hold the fast programs the likelihood ranks below the
+#: greedy one, few enough to decode and prove in a few seconds however many sketches a task has
+#: (a softmax has a dozen: 32 each took 33 s)
+RANK_POOL = 96
 #: torch intra-op threads while decoding. One step of a small GPT-2 on a few rows is ~0.1 ms of
 #: arithmetic, so a second thread buys nothing and its barrier costs much when the cores are
 #: busy: a ResNet conv2d took 0.19-0.48 s on 1 thread and 1.2-9 s on 2 with a collection
@@ -103,11 +106,11 @@ class Generation:
 def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1, ranker: Any = None,
              pool: int = RANK_POOL) -> Generation:
     """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood, or
-    by ``ranker``'s predicted speed over ``pool`` samples per sketch and the greedy programs."""
+    by ``ranker``'s predicted speed over ``pool`` samples (shared by the sketches) and the greedy programs."""
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
-    if ranker is not None and not 1 <= pool <= MAX_K:
-        raise ValueError(f"pool must be between 1 and {MAX_K}, got {pool}")
+    if ranker is not None and not 1 <= pool <= 4 * MAX_K:
+        raise ValueError(f"pool must be between 1 and {4 * MAX_K}, got {pool}")
     space = build_space(task, hardware)
     sketches = live_sketches(space)
     out = Generation(task.task_name, task.workload_key, hardware.key, sketches=len(sketches))
@@ -120,7 +123,8 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
             rows = decode_prompts(model, tokenizer, task, hardware, prompts, k)
         else:  # the greedy programs first: the cost model then never loses the likelihood's favourite
             rows = decode_prompts(model, tokenizer, task, hardware, prompts, 1)
-            rows += decode_prompts(model, tokenizer, task, hardware, prompts, pool, sample=True)
+            rows += decode_prompts(model, tokenizer, task, hardware, prompts, max(1, -(-pool // len(prompts))),
+                                   sample=True)
         cands = _ranked(model, tokenizer, prompts, sketches, rows)
         out.generate_s = time.perf_counter() - t0
     keep = cands[:k] if ranker is None else cands
@@ -194,11 +198,12 @@ def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, p
     model.eval()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        gen = model.generate(**batch, logits_processor=[proc], do_sample=sample, num_beams=beams,
-                             num_return_sequences=copies, max_new_tokens=room, use_cache=True, top_k=0, top_p=1.0,
-                             temperature=1.0, pad_token_id=tokenizer.pad_token_id,
+        # sampling draws from the whole (constrained) distribution; greedy and beams take no such flags
+        how = {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 1.0} if sample else {"do_sample": False}
+        gen = model.generate(**batch, logits_processor=[proc], num_beams=beams, num_return_sequences=copies,
+                             max_new_tokens=room, use_cache=True, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=tokenizer.eos_token_id, early_stopping=beams > 1,
-                             return_dict_in_generate=True, output_logits=beams == 1)
+                             return_dict_in_generate=True, output_logits=beams == 1, **how)
     seqs = gen.sequences
     # greedy and sampled: each chosen word's log-probability under the model's raw (unmasked)
     # distribution, from the logits generate already computed; beams are re-scored by decision_logprobs
