@@ -125,7 +125,7 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
             rows = decode_prompts(model, tokenizer, task, hardware, prompts, 1)
             rows += decode_prompts(model, tokenizer, task, hardware, prompts, max(1, -(-pool // len(prompts))),
                                    sample=True)
-        cands = _ranked(model, tokenizer, prompts, sketches, rows)
+        cands = likelihood_ranked(model, tokenizer, prompts, sketches, rows)
         out.generate_s = time.perf_counter() - t0
     keep = cands[:k] if ranker is None else cands
     t1 = time.perf_counter()
@@ -143,8 +143,9 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     return out
 
 
-def _ranked(model: Any, tokenizer: Any, prompts: list[list[str]], sketches: list, rows: list) -> list[Candidate]:
-    """Distinct decoded sentences as candidates, scored by the model and sorted best first."""
+def likelihood_ranked(model: Any, tokenizer: Any, prompts: list[list[str]], sketches: list, rows: list) -> list[Candidate]:
+    """Distinct decoded sentences (:func:`decode_prompts` rows) as candidates, scored by the model and
+    sorted best first (unproven: :func:`generate` proves them)."""
     from tlm.model.scoring import decision_logprobs
 
     seen, cands, given = set(), [], []

@@ -1,0 +1,123 @@
+"""Which pool of the model's programs, ranked how, gives the best top-1: measured, side by side.
+
+    .venv/bin/python -m bench.pools [--model DIR ...] [--tasks 6] [--beams 16] [--samples 32]
+
+For each of the N heaviest held-out tasks (``bench/judging.py``) and each model: the greedy
+program of every sketch, ``--beams`` beams per sketch and ``--samples`` seeded samples per
+sketch are decoded, proven valid, scored by the model (likelihood) and by the model's cost
+model (``cost_model.tar`` in its directory, else ``--cost-model``), and **every distinct
+program is measured in one call** (``collectors.tuner.measure_schedules``: the corpus's
+builder, runner and correctness check). Per pool it reports the fastest program in it (what a
+perfect ranker would pick), the cost model's pick and the likelihood's pick, each as speed
+relative to MetaSchedule@256's schedule from ``bench/references.py``'s cache (re-measured in
+the same call). This is how the generator's ranked pool (samples, not beams) was chosen and
+how a retrained model's pool is compared with the shipped one's. Writes
+``bench/results/pools.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+from bench._common import geomean, machine
+from bench.judging import CORPUS, judging_set
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def pools_of(task: Any, hw: Any, model: Any, tok: Any, beams: int, samples: int) -> dict[str, list]:
+    """Pool name -> the model's distinct candidates (likelihood order), proven valid."""
+    from tlm.language import apply_sentence, build_space, live_sketches, prompt_tokens
+    from tlm.service.generator import decode_prompts, likelihood_ranked
+
+    space = build_space(task, hw)
+    sketches = live_sketches(space)
+    prompts = [prompt_tokens(space, s) for s in sketches]
+    greedy = likelihood_ranked(model, tok, prompts, sketches, decode_prompts(model, tok, task, hw, prompts, 1))
+    out = {"greedy": greedy,
+           f"beams_{beams}": likelihood_ranked(model, tok, prompts, sketches, decode_prompts(model, tok, task, hw, prompts, beams)),
+           f"samples_{samples}": likelihood_ranked(model, tok, prompts, sketches,
+                                         decode_prompts(model, tok, task, hw, prompts, samples, sample=True))}
+    for name in list(out)[1:]:  # every pool holds the greedy programs too, as the ranked generator's does
+        seen = {c.text for c in out[name]}
+        out[name] = out[name] + [c for c in greedy if c.text not in seen]
+    for c in {c.text: c for pool in out.values() for c in pool}.values():
+        program = apply_sentence(c.words, task, hw)
+        c.schedule = program.schedule
+    return out
+
+
+def one_task(task: Any, hw: Any, model: Any, tok: Any, ranker: Any, beams: int, samples: int) -> dict:
+    from bench.references import reference_search
+    from collectors.tuner import measure_schedules
+
+    pools = pools_of(task, hw, model, tok, beams, samples)
+    distinct = {c.text: c for pool in pools.values() for c in pool}
+    # MetaSchedule@256: the 256-trial prefix of the cached 1000-trial search (bench/references.py)
+    ms = reference_search(task, hw, 1000, budgets=(256,)).methods["ms_256"].schedules[0]
+    cands = list(distinct.values())
+    pred = dict(zip(distinct, ranker.predict(task, hw, [c.schedule for c in cands])))
+    records: list = []
+    measure_schedules(task, hw, [c.schedule for c in cands] + [ms], tuner="bench-pools", on_records=records.extend)
+    lat = {text: r.latency_s for text, r in zip(distinct, records)}
+    ref = records[-1].latency_s
+    speed = lambda text: ref / lat[text] if lat[text] and ref else None  # noqa: E731
+    row = {"task": task.task_name, "model": task.model, "measured": len(cands), "ms_256_s": ref, "pools": {}}
+    for name, pool in pools.items():
+        texts = [c.text for c in pool]
+        ok = [t for t in texts if lat[t]]
+        row["pools"][name] = {"size": len(texts), "errors": len(texts) - len(ok),
+                              "fastest": max(speed(t) for t in ok) if ok else None,
+                              "cost_model_pick": speed(max(texts, key=lambda t: pred[t])),
+                              "likelihood_pick": speed(texts[0])}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", action="append", default=None,
+                    help="model directory (repeatable; default: the shipped model of this host's key)")
+    ap.add_argument("--cost-model", default=None, help="cost model directory (default: each model's own)")
+    ap.add_argument("--corpus", default=CORPUS)
+    ap.add_argument("--tasks", type=int, default=6)
+    ap.add_argument("--beams", type=int, default=16)
+    ap.add_argument("--samples", type=int, default=32)
+    ap.add_argument("--out", default=os.path.join(RESULTS, "pools.json"))
+    args = ap.parse_args()
+
+    import collectors.fast_import as fast_import
+    from collectors.cost_model import CostModel
+    from collectors.hardware import detect_hardware
+    from tlm.model.network import load_model
+    from tlm.service.catalog import model_for
+
+    fast_import.install()
+    hw = detect_hardware("cpu")
+    dirs = args.model or [model_for(hw.key).path]
+    tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks, outside=False)
+    t0 = time.time()
+    res: dict = {"machine": machine(hw), "hardware": hw.key, "reference": "ms_256", "models": {}}
+    for d in dirs:
+        model, tok, _ = load_model(d)
+        ranker = CostModel.load(args.cost_model or d)
+        name = os.path.basename(os.path.normpath(d))
+        rows = []
+        for task in tasks:
+            rows.append(one_task(task, hw, model, tok, ranker, args.beams, args.samples))
+            print(name, task.task_name, {p: v["fastest"] and round(v["fastest"], 2) for p, v in rows[-1]["pools"].items()},
+                  flush=True)
+        summary = {p: {k: geomean([r["pools"][p][k] for r in rows if r["pools"][p][k]])
+                       for k in ("fastest", "cost_model_pick", "likelihood_pick")} for p in rows[0]["pools"]}
+        res["models"][name] = {"tasks": rows, "geomean_speed_vs_ms_256": summary}
+        res["wall_s"] = round(time.time() - t0, 1)
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=2)
+        print(name, json.dumps(summary, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
