@@ -21,8 +21,8 @@ by the model's mean log-probability per decision token (``Candidate.score``).
   speed instead of the likelihood, and the ``k`` best kept. Likelihood says what the search's
   fast programs *look like*; it cannot see that a legal compute location repeats a reduction
   768 times, which the cost model's per-store arithmetic counts. Samples, not beams: on the
-  six heaviest held-out matmuls the fastest of 32 samples per sketch was 0.86x MetaSchedule@256
-  (geomean), the fastest of 16 beams far less, since beams differ in a word or two. Still
+  six heaviest held-out tasks the fastest of 32 samples per sketch was 0.73x MetaSchedule@256
+  (geomean), of 16 beams 0.49x, since beams differ in a word or two (bench/results/pools.json). Still
   deterministic (seeded samples, greedy and the booster are), still no measurement.
 """
 from __future__ import annotations
