@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.cli.options import UsageError, add_corpus_options, open_corpus, user_errors
+from cluster.cli.options import UsageError, add_corpus_options, held_out_models, open_corpus, user_errors
 from collectors.zoo import HELD_OUT_MODELS
 
 
@@ -44,7 +44,7 @@ def run_fit(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-per-workload must be >= 0, got {args.max_per_workload}")
     with user_errors(ValueError):
         check_hardware_key(args.hardware)
-    held = () if args.held_out.strip() == "none" else tuple(m.strip() for m in args.held_out.split(",") if m.strip())
+    held = held_out_models(args.held_out)
     with open_corpus(args) as corpus:
         info = corpus.hardware_info(args.hardware)
         if info is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cluster.cli.options import UsageError, add_corpus_options, open_corpus, user_errors
+from cluster.cli.options import UsageError, add_corpus_options, comma_list, held_out_models, open_corpus, user_errors
 from collectors.zoo import HELD_OUT_MODELS
 
 
@@ -40,20 +40,16 @@ def register(subparsers) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
 def run_build(args: argparse.Namespace) -> int:
     import collectors.fast_import as fast_import
     from tlm.model.dataset import DatasetConfig, build_datasets
 
     if args.per_sketch < 0 or args.top_k < 0:
         raise UsageError(f"--per-sketch and --top-k must be >= 0, got {args.per_sketch} and {args.top_k}")
-    held_out = () if args.held_out.strip() == "none" else _csv(args.held_out)
+    held_out = held_out_models(args.held_out)
     fast_import.install()  # CPU sketches only need the x86 intrinsics; CUDA spaces add theirs
     config = DatasetConfig(pretrain_per_sketch=args.per_sketch, finetune_top_k=args.top_k,
-                           held_out_models=held_out, hardware_keys=_csv(args.hardware), seed=args.seed)
+                           held_out_models=held_out, hardware_keys=comma_list(args.hardware), seed=args.seed)
     with open_corpus(args) as corpus, user_errors(FileExistsError):
         summary = build_datasets(corpus, args.out, config)
     print(f"{summary.pretrain_rows} pretraining and {summary.finetune_rows} fine-tuning sentences "

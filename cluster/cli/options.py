@@ -94,3 +94,13 @@ def at_least_one(flag: str, value: int | None) -> None:
     """A count option must be a whole number >= 1 (None: not given)."""
     if value is not None and value < 1:
         raise UsageError(f"{flag} must be a whole number >= 1, got {value}")
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """A comma-separated option as its non-empty items (``"a, b,"`` -> ``("a", "b")``)."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def held_out_models(text: str) -> tuple[str, ...]:
+    """The ``--held-out`` option: comma-separated model names, or ``none`` for no held-out model."""
+    return () if text.strip() == "none" else comma_list(text)
