@@ -162,18 +162,16 @@ def evaluate(cost_model: CostModel, corpus: Any, hardware: Hardware, workloads: 
     of score and speed, and the best latency over the latency of its top-1 and best of top-5
     (1.0: it picked the fastest); geometric means over the workloads, beside a random pick's
     expectation (mean of best/latency)."""
-    import pyarrow.compute as pc
-
     from collectors.tasks import task_from_index
     from collectors.tir import schedule_of
 
     rows = {w["workload_key"]: w for w in corpus.workloads()}
     table = corpus.scan({"hardware_key": hardware.key, "workload_key": list(workloads)},
                         columns=["workload_key", "trace_json", "latency_s"])
-    table = table.filter(pc.is_valid(table.column("latency_s")))
+    by_workload = _by_workload(table.to_pylist())
     per: list[dict] = []
-    for wkey in sorted(set(table.column("workload_key").to_pylist()) & set(rows)):
-        part = table.filter(pc.equal(table.column("workload_key"), wkey)).to_pylist()
+    for wkey in sorted(set(by_workload) & set(rows)):
+        part = [r for r in by_workload[wkey] if r["latency_s"] is not None]
         if len(part) < min_records:
             continue
         task = task_from_index(rows[wkey])
@@ -223,32 +221,33 @@ def _train_on_groups(xgb: Any) -> None:
 def _corpus_groups(corpus: Any, hardware: Hardware, config: CostModelConfig, summary: FitSummary, *,
                    progress: bool = False) -> Iterable[tuple[str, list[np.ndarray], np.ndarray]]:
     """(workload key, features, costs) per workload of the key, from replayed stored traces."""
-    import pyarrow.compute as pc
-
     from collectors.tasks import task_from_index
     from collectors.tir import schedule_of
 
     table = corpus.scan({"hardware_key": config.hardware_key},
                         columns=["workload_key", "trace_json", "latency_s", "error"])
-    excluded = set(config.exclude_workloads)
-    keys = sorted(set(table.column("workload_key").to_pylist()) - excluded)
+    by_workload = _by_workload(table.to_pylist())
+    keys = sorted(set(by_workload) - set(config.exclude_workloads))
     rows = {w["workload_key"]: w for w in corpus.workloads()}
     it: Iterable[str] = keys
     if progress:
         from tqdm import tqdm
 
         it = tqdm(keys, desc=f"cost model features ({config.hardware_key})", unit="task")
+
+    def skip(reason: str) -> None:
+        summary.skipped[reason] = summary.skipped.get(reason, 0) + 1
+
     for wkey in it:
         if wkey not in rows:
-            summary.skipped["workload not in the index"] = summary.skipped.get("workload not in the index", 0) + 1
+            skip("workload not in the index")
             continue
         try:
             task = task_from_index(rows[wkey])
         except ValueError:
-            summary.skipped["module not loadable"] = summary.skipped.get("module not loadable", 0) + 1
+            skip("module not loadable")
             continue
-        part = table.filter(pc.equal(table.column("workload_key"), wkey)).to_pylist()
-        part = _sample(part, config)
+        part = _sample(by_workload[wkey], config)
         schedules, costs = [], []
         for r in part:
             if r["latency_s"] is None and not config.with_errors:
@@ -256,7 +255,7 @@ def _corpus_groups(corpus: Any, hardware: Hardware, config: CostModelConfig, sum
             try:
                 schedules.append(schedule_of(task.mod, r["trace_json"]))
             except Exception:  # noqa: BLE001 - a trace of an older TVM may not replay: skip, count
-                summary.skipped["trace does not replay"] = summary.skipped.get("trace does not replay", 0) + 1
+                skip("trace does not replay")
                 continue
             costs.append(r["latency_s"] if r["latency_s"] is not None else FAILED_COST)
             summary.errors += r["latency_s"] is None
@@ -267,6 +266,14 @@ def _corpus_groups(corpus: Any, hardware: Hardware, config: CostModelConfig, sum
         summary.workloads += 1
         summary.records += len(keep)
         yield wkey, [feats[i] for i in keep], np.asarray([costs[i] for i in keep], dtype="float32")
+
+
+def _by_workload(rows: list[dict]) -> dict[str, list[dict]]:
+    """Records grouped by workload key, in corpus order."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["workload_key"], []).append(r)
+    return out
 
 
 def _sample(rows: list[dict], config: CostModelConfig) -> list[dict]:

@@ -69,15 +69,16 @@ def seeded_search(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ra
     t0 = time.perf_counter()
     g = generate(task, hardware, model, tokenizer, k=seeds, ranker=ranker)
     out.generate_s = time.perf_counter() - t0
+    schedules = [c.schedule for c in g.candidates]
     t1 = time.perf_counter()
-    measure_schedules(task, hardware, [c.schedule for c in g.candidates], tuner=tuner,
+    measure_schedules(task, hardware, schedules, tuner=tuner,
                       config=TuneConfig(trials=len(g.candidates), seed=seed, tuner=tuner), on_records=keep,
                       run_id=run_id)
     out.seeds = len(out.records)
     left = trials - out.seeds
     if left > 0:
         xgb = ranker.search_model()
-        _learn(xgb, task, hardware, out.records)
+        _learn(xgb, task, hardware, schedules, out.records)  # one record per schedule, in order
         tune_task(task, hardware, TuneConfig(trials=left, strategy="evolutionary", seed=seed, tuner=tuner,
                                              trials_per_iter=min(trials_per_iter, left)),
                   on_records=keep, run_id=run_id, cost_model=xgb, seed_records=list(out.records))
@@ -87,17 +88,15 @@ def seeded_search(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ra
     return out
 
 
-def _learn(xgb: Any, task: Task, hardware: Hardware, records: list) -> None:
-    """Feed the seeds' measurements to the search's cost model (MetaSchedule's ``update``)."""
+def _learn(xgb: Any, task: Task, hardware: Hardware, schedules: list, records: list) -> None:
+    """Feed the seeds' measurements (``records``, one per schedule, in order) to the search's cost
+    model (MetaSchedule's ``update``)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    from collectors.tir import schedule_of
 
     if not records:
         return
     ctx = ms.TuneContext(mod=task.mod, target=hardware.tvm_target(), num_threads=max(1, hardware.cores))
-    schedules = [schedule_of(task.mod, r.trace_json) for r in records]
     cands = [ms.MeasureCandidate(s, ArgInfo.from_prim_func(s.mod["main"])) for s in schedules]
     results = [ms.runner.RunnerResult(run_secs=list(r.run_secs) if r.latency_s is not None else None,
                                       error_msg=r.error) for r in records]
