@@ -3,6 +3,7 @@
     tlm corpus stats      [--corpus DIR] [--index-url URL] [--json]
     tlm corpus verify     [--corpus DIR] [--index-url URL]          exit 1 if a problem was found
     tlm corpus reindex    [--corpus DIR] [--index-url URL]          exit 1 if a part was quarantined
+    tlm corpus merge      SRC [--src-index-url URL] [--corpus DIR] [--index-url URL]   exit 1 if SRC had bad parts
     tlm corpus import-ms  MS_DIR [--hardware-key KEY] [--corpus DIR] [--index-url URL]
     tlm corpus export-ms  OUT_DIR --hardware-key KEY [--all] [--workload KEY ...] [--overwrite]
 
@@ -17,7 +18,7 @@ import argparse
 import json
 import sys
 
-from cluster.cli.options import add_corpus_options, open_corpus, user_errors
+from cluster.cli.options import UsageError, add_corpus_options, open_corpus, user_errors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     r = sub.add_parser("reindex", parents=[common], help="rebuild the index from the part files alone")
     r.set_defaults(func=_reindex)
+
+    m = sub.add_parser("merge", parents=[common], help="merge another corpus (e.g. another machine's) into this one",
+                       description="Bring every record of SRC (checksums and record ids verified, duplicates "
+                                   "skipped), its workloads, hardware keys, runs, task status and models into the "
+                                   "corpus; merging twice adds nothing.")
+    m.add_argument("src", help="the corpus directory (or URI) to merge from; it is only read")
+    m.add_argument("--src-index-url", help="SRC's index, when it is not SRC/index.sqlite")
+    m.set_defaults(func=_merge)
 
     i = sub.add_parser("import-ms", parents=[common], help="import a MetaSchedule JSON database directory")
     i.add_argument("ms_dir", help="directory with database_workload.json and database_tuning_record.json")
@@ -99,6 +108,23 @@ def _print_report(action: str):
 
 _verify = _print_report("verify")
 _reindex = _print_report("reindex")
+
+
+def _merge(args: argparse.Namespace) -> int:
+    import os
+
+    from storage import Corpus, CorpusError, merge
+
+    if "://" not in args.src and not args.src_index_url and not os.path.exists(os.path.join(args.src, "index.sqlite")):
+        raise UsageError(f"{args.src!r} is not a corpus: no index.sqlite in it (give --src-index-url for a shared index)")
+    with user_errors(CorpusError, ValueError), Corpus.open(args.src, args.src_index_url) as src, \
+            open_corpus(args, create=True) as dest:
+        if os.path.realpath(str(src.root)) == os.path.realpath(str(dest.root)):
+            raise UsageError(f"cannot merge the corpus {args.src!r} into itself")
+        report = merge(dest, src)
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
 
 
 def _import_ms(args: argparse.Namespace) -> int:
