@@ -66,7 +66,7 @@ def bare(dataset: str, cfg, tmp: str) -> dict:
 
     job = TrainJob(dataset_dir=dataset, storage_path=tmp, name="bare", workers=1)
     spec = prepare(cfg, job)
-    rows = read_rows(spec["data_file"], None)
+    rows = read_rows(spec["data_file"], ())
     session = LocalSession({"train": rows["train"]}, os.path.join(tmp, "bare-ckpt"))
     t0 = time.perf_counter()
     train_loop_per_worker({k: spec[k] for k in ("train", "model_config", "tokenizer_dir", "total_steps",

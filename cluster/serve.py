@@ -66,11 +66,12 @@ class _Loaded:
     """A hardware key's loaded model as the multiplexer holds it: evicting it (least recently
     used, past four keys) calls ``__del__``, which keeps ``/v1/models`` truthful."""
 
-    def __init__(self, loaded: dict, key: str, entry: Any, model: Any, tokenizer: Any, ranker: Any = None) -> None:
-        self._loaded, self.key, self.entry, self.model, self.tokenizer = loaded, key, entry, model, tokenizer
+    def __init__(self, loaded: dict, key: str, serving: Any, model: Any, tokenizer: Any, ranker: Any = None) -> None:
+        self._loaded, self.key, self.model, self.tokenizer = loaded, key, model, tokenizer
+        self.serving, self.entry = serving, serving.entry  # catalog.Serving: the entry, and whether a fallback
         self.ranker = ranker  # the model's cost model, when its directory has one
         self._gone = False
-        loaded[key] = entry.model_id
+        loaded[key] = self.entry.model_id
 
     def __del__(self) -> None:  # Serve calls it on eviction, Python again on collection: act once
         if not self._gone and self._loaded.get(self.key) == self.entry.model_id:
@@ -97,6 +98,7 @@ class ScheduleServer:
         self.append = append and self.corpus is not None
         self.loaded: dict[str, str] = {}  # hardware key -> model id loaded for it
         self.unavailable: dict[str, str] = {}  # hardware key -> why its model failed to load
+        self.fallbacks: dict[str, Any] = {}  # hardware key without a model -> the catalog.Serving answering for it
         self._lock = threading.Lock()
         self._local: dict[str, _Loaded] = {}  # models of local testing mode (see _model)
 
@@ -117,17 +119,40 @@ class ScheduleServer:
             return self._local[hardware_key]
         return await self.get_model(hardware_key)
 
+    def _serving(self, hardware_key: str) -> Any:
+        """The catalog's answer for a key: its own model, else the nearest (raises NoModel; a key
+        whose hardware cannot be rebuilt and has no model of its own is a NoModel too)."""
+        from tlm.service.catalog import model_for, serving_model
+
+        try:
+            hardware = self._hardware(hardware_key)
+        except ValueError:
+            model_for(hardware_key, self.corpus, root=self.models_root)  # NoModel: nothing to fall back on
+            raise
+        return serving_model(hardware, self.corpus, root=self.models_root)
+
+    def _hardware(self, hardware_key: str) -> Any:
+        """The Hardware a key names (the index's row when the corpus has one); ValueError if none can be built."""
+        from collectors.hardware import hardware_for_key
+
+        info = self.corpus.hardware_info(hardware_key) if self.corpus is not None else None
+        return hardware_for_key(hardware_key, info)
+
     async def _load(self, hardware_key: str) -> _Loaded:
-        from tlm.service.catalog import model_for, ranker_of
+        from tlm.service.catalog import ranker_of
         from tlm.model.network import load_model
 
-        entry = model_for(hardware_key, self.corpus, root=self.models_root)
+        serving = self._serving(hardware_key)
+        entry = serving.entry
         model, tokenizer, _ = await asyncio.to_thread(load_model, entry.path)
         ranker = await asyncio.to_thread(ranker_of, entry.path)
         self.unavailable.pop(hardware_key, None)
-        log.info("loaded %s for %s from %s (%s)", entry.model_id, hardware_key, entry.path,
-                 "with its cost model" if ranker is not None else "no cost model: likelihood ranking")
-        return _Loaded(self.loaded, hardware_key, entry, model, tokenizer, ranker)
+        log.info("loaded %s for %s from %s (%s)%s", entry.model_id, hardware_key, entry.path,
+                 "with its cost model" if ranker is not None else "no cost model: likelihood ranking",
+                 f"; fallback: {serving.why}" if serving.fallback else "")
+        if serving.fallback:
+            self.fallbacks[hardware_key] = serving
+        return _Loaded(self.loaded, hardware_key, serving, model, tokenizer, ranker)
 
     @app.get("/healthz")
     async def healthz(self) -> dict:
@@ -145,7 +170,13 @@ class ScheduleServer:
             status = ("unavailable" if first and key in self.unavailable else
                       "loaded" if first and self.loaded.get(key) == m.model_id else "available")
             out.append(ModelInfo(model_id=m.model_id, hardware=key, stage=m.stage, source=m.source, status=status,
-                                 error=self.unavailable.get(key) if status == "unavailable" else None))
+                                 error=self.unavailable.get(key) if status == "unavailable" else None,
+                                 hardware_keys=list(m.hardware_keys)))
+        for key, sv in sorted(self.fallbacks.items()):  # keys answered by another key's model
+            if self.loaded.get(key) == sv.entry.model_id:
+                out.append(ModelInfo(model_id=sv.entry.model_id, hardware=key, stage=sv.entry.stage,
+                                     source=sv.entry.source, status="loaded", hardware_keys=list(sv.entry.hardware_keys),
+                                     fallback=True, fallback_reason=sv.why))
         return ModelsResponse(models=out)
 
     @app.post("/v1/schedules", response_model=ScheduleResponse)
@@ -157,16 +188,21 @@ class ScheduleServer:
 
     async def answer(self, req: ScheduleRequest) -> ScheduleResponse:
         """The response to one request (ApiError for everything the client can fix)."""
-        from collectors.hardware import hardware_for_key
         from storage import HARDWARE_KEY_RE
         from tlm.service.api import schedule, task_of_request
-        from tlm.service.catalog import NoModel, model_for
+        from tlm.service.catalog import NoModel
 
         if not HARDWARE_KEY_RE.match(req.hardware):
             raise ApiError(400, f"hardware {req.hardware!r} is not a hardware key ({HARDWARE_KEY_RE.pattern})")
         try:
             if req.hardware not in self.loaded:  # a 404 before the multiplexer logs it as a load failure
-                model_for(req.hardware, self.corpus, root=self.models_root)
+                self._serving(req.hardware)
+            hardware = self._hardware(req.hardware)
+        except NoModel as exc:
+            raise ApiError(404, str(exc)) from None
+        except ValueError as exc:  # its model exists, but no target can be built for the key
+            raise ApiError(422, str(exc)) from None
+        try:
             held = await self._model(req.hardware)
         except NoModel as exc:
             raise ApiError(404, str(exc)) from None
@@ -175,18 +211,15 @@ class ScheduleServer:
             log.warning("model for %s failed to load: %s", req.hardware, exc)
             raise ApiError(503, f"the model for hardware {req.hardware} failed to load: "
                                 f"{self.unavailable[req.hardware]}") from None
-        info = self.corpus.hardware_info(req.hardware) if self.corpus is not None else None
-        try:
-            hardware = hardware_for_key(req.hardware, info)
-        except ValueError as exc:
-            raise ApiError(422, str(exc)) from None
         on_records = self.corpus.append if self.append else None
 
         def run() -> ScheduleResponse:
             with self._lock:
                 task = task_of_request(req, self.corpus)
-                return schedule(req, task, hardware, held.model, held.tokenizer, held.entry.model_id,
-                                on_records=on_records, ranker=held.ranker)
+                out = schedule(req, task, hardware, held.model, held.tokenizer, held.entry.model_id,
+                               on_records=on_records, ranker=held.ranker)
+            out.fallback, out.fallback_reason = held.serving.fallback, held.serving.why or None
+            return out
 
         return await asyncio.to_thread(run)
 

@@ -43,6 +43,9 @@ class TrainJob:
     workers: int = 2  # DDP workers
     gpu: bool = False  # one GPU per worker (nccl) instead of CPU (gloo)
     hardware_key: str | None = None  # finetune: that hardware's rows; pretrain: None = every hardware
+    #: finetune on several keys at once (one model for all of them; the prompt's hardware words tell
+    #: them apart): their rows; when set, ``hardware_key`` is None and the model names no single key
+    hardware_keys: tuple[str, ...] = ()
     base_path: str | None = None  # finetune: the model directory it starts from
     base_model_id: str | None = None  # finetune: the registered id of the base (for the registry)
     corpus: str | None = None  # corpus root whose index registers the model (None: not registered)
@@ -68,14 +71,20 @@ def data_file(dataset_dir: str, stage: str) -> str:
     return path
 
 
-def read_rows(path: str, hardware_key: str | None) -> dict[str, list[dict]]:
-    """``{"train": [...], "test": [...]}`` rows (text, prompt_len, label) of one stage's file."""
+def keys_of(job: TrainJob) -> tuple[str, ...]:
+    """The hardware keys whose rows a job learns (empty: every key, as pretraining does)."""
+    return job.hardware_keys or ((job.hardware_key,) if job.hardware_key else ())
+
+
+def read_rows(path: str, hardware_keys: tuple[str, ...]) -> dict[str, list[dict]]:
+    """``{"train": [...], "test": [...]}`` rows (text, prompt_len, label) of one stage's file,
+    of these hardware keys (empty: all)."""
     import pyarrow.parquet as pq
 
     cols = ["text", "prompt_len", "label", "split", "hardware_key"]
     rows = pq.read_table(path, columns=cols).to_pylist()
-    if hardware_key:
-        rows = [r for r in rows if r["hardware_key"] == hardware_key]
+    if hardware_keys:
+        rows = [r for r in rows if r["hardware_key"] in hardware_keys]
     out: dict[str, list[dict]] = {"train": [], "test": []}
     for r in rows:
         out.setdefault(r["split"], []).append({k: r[k] for k in ("text", "prompt_len", "label")})
@@ -102,9 +111,9 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
 
     path = data_file(job.dataset_dir, cfg.stage)
     held_out = list(built_with(path).held_out_models)
-    rows = read_rows(path, job.hardware_key)
+    rows = read_rows(path, keys_of(job))
     if not rows["train"]:
-        where = f" for hardware {job.hardware_key}" if job.hardware_key else ""
+        where = f" for hardware {', '.join(keys_of(job))}" if keys_of(job) else ""
         raise ValueError(f"{path} has no training sentences{where}; collect or build more data first")
     longest = max(len(r["text"].split()) for split in rows.values() for r in split)
     run_dir = os.path.join(job.storage_path, job.name)
@@ -135,7 +144,8 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
         "rows": {k: len(v) for k, v in rows.items()}, "data_file": path, "data_sha256": digest,
         # what the model records about itself: relative names only (a shipped model must not
         # carry a path of the machine it was trained on) and the models it never saw
-        "info": {"stage": cfg.stage, "hardware_key": job.hardware_key, "base_model_id": job.base_model_id,
+        "info": {"stage": cfg.stage, "hardware_key": job.hardware_key, "hardware_keys": list(keys_of(job)),
+                 "base_model_id": job.base_model_id,
                  "data_file": os.path.basename(path), "data_sha256": digest, "held_out_models": held_out,
                  "train": asdict(cfg)},
     }
@@ -168,7 +178,8 @@ def run_training(cfg: TrainConfig, job: TrainJob, *,
     from cluster.train_session import ray_train_loop
 
     job.storage_path = os.path.abspath(job.storage_path or os.path.join(job.out_dir, ".train-runs"))
-    job.name = job.name or f"{cfg.stage}-{job.hardware_key or 'all'}-{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    keys = "+".join(k.removeprefix("cpu-") for k in job.hardware_keys) if job.hardware_keys else None
+    job.name = job.name or f"{cfg.stage}-{job.hardware_key or keys or 'all'}-{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     spec = _resumable_spec(job)
     if spec is not None:
         log.info("resuming run %s from %s (its saved configuration wins)", job.name, job.storage_path)
@@ -177,7 +188,7 @@ def run_training(cfg: TrainConfig, job: TrainJob, *,
     t0 = time.perf_counter()
     started = connect(job.address)
     try:
-        datasets = _datasets(spec, job.hardware_key)
+        datasets = _datasets(spec, keys_of(job))
         cpu_per_worker, threads = _worker_cpus(job.workers, job.gpu)
         trainer = TorchTrainer(
             ray_train_loop,
@@ -219,7 +230,7 @@ def run_training(cfg: TrainConfig, job: TrainJob, *,
     return TrainResult(model_id=job.name, path=dest, metrics=metrics, wall_s=time.perf_counter() - t0)
 
 
-def _datasets(spec: dict, hardware_key: str | None) -> dict:
+def _datasets(spec: dict, hardware_keys: tuple[str, ...]) -> dict:
     """The ``train`` (and ``test``) Ray Datasets, materialized: the sentence sets are small, and
     reading them before the workers hold the CPUs keeps Ray Data from waiting for a CPU that
     the trainer will never give back (a deadlock on a 2-core machine)."""
@@ -227,8 +238,8 @@ def _datasets(spec: dict, hardware_key: str | None) -> dict:
     from ray.data.expressions import col
 
     ds = ray.data.read_parquet(spec["data_file"], columns=["text", "prompt_len", "label", "split", "hardware_key"])
-    if hardware_key:
-        ds = ds.filter(expr=col("hardware_key") == hardware_key)
+    if hardware_keys:
+        ds = ds.filter(expr=col("hardware_key").is_in(list(hardware_keys)))
     out = {"train": ds.filter(expr=col("split") == "train").materialize()}
     if spec["rows"].get("test"):
         out["test"] = ds.filter(expr=col("split") == "test").materialize()

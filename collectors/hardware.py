@@ -121,6 +121,19 @@ def vector_bits_of(isa: tuple[str, ...]) -> int:
     return 128
 
 
+def nearness(want: Hardware, have: Hardware) -> tuple[int, float, int]:
+    """How close ``have`` is to ``want`` as a source of schedules, as a sortable tuple (larger is
+    nearer): same kind first (a CPU schedule means nothing to a GPU), then the same vector width
+    (tile sizes follow the register width), then the share of ISA words in common (Jaccard),
+    then the same core count. Used to serve a key that has no model of its own."""
+    if want.kind != have.kind:
+        return (-1, 0.0, 0)
+    a, b = set(isa_of(want)), set(isa_of(have))
+    jaccard = len(a & b) / len(a | b) if a | b else 1.0
+    same_width = int(want.vector_bits == have.vector_bits)
+    return (same_width, round(jaccard, 6), int(want.cores == have.cores))
+
+
 def physical_cores() -> int:
     """Physical cores this process may use (what MetaSchedule tunes with by default)."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

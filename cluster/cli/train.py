@@ -2,6 +2,7 @@
 
     tlm train --stage pretrain --dataset DIR [--preset tiny|small|base] [--workers 2] [--gpu]
     tlm train --stage finetune --hardware KEY --base MODEL_ID|shipped|DIR --dataset DIR
+    tlm train --stage finetune --hardware KEY1,KEY2,... ...      one model for several keys
 
 ``--dataset`` is a directory written by ``tlm dataset build`` (``pretrain.parquet`` for
 pretraining, ``finetune.parquet`` for fine-tuning); its ``split`` column holds out whole models.
@@ -18,7 +19,7 @@ import logging
 import os
 import sys
 
-from cluster.cli.options import add_corpus_options, corpus_exists, corpus_root, index_url, user_errors
+from cluster.cli.options import add_corpus_options, comma_list, corpus_exists, corpus_root, index_url, user_errors
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stage", choices=STAGES, required=True, help="pretrain (all hardware) or finetune (one)")
     p.add_argument("--dataset", required=True, metavar="DIR", help="directory written by `tlm dataset build`")
     p.add_argument("--preset", default=d.preset, help="model shape: tiny, small (default) or base")
-    p.add_argument("--hardware", default=None, metavar="KEY", help="finetune: the hardware key to learn")
+    p.add_argument("--hardware", default=None, metavar="KEY", help="finetune: the hardware key to learn; a comma "
+                   "list trains one model for all of them (the prompt's hardware words tell them apart)")
     p.add_argument("--base", default=None, help="finetune: registered model id, 'shipped', or a model directory")
     add_corpus_options(p, what="corpus whose index registers the model")
     p.add_argument("--no-register", action="store_true", help="do not register the model in the index")
@@ -98,10 +100,12 @@ def _config(args: argparse.Namespace):
     finetune = args.stage == "finetune"
     if finetune and not (args.hardware and args.base):
         raise ValueError("--stage finetune needs --hardware KEY and --base MODEL_ID|shipped|DIR")
-    if args.hardware:
+    keys = comma_list(args.hardware or "")
+    if keys:
         from storage.schema import check_hardware_key
 
-        check_hardware_key(args.hardware)
+        for key in keys:
+            check_hardware_key(key)
     try:
         data_file(args.dataset, args.stage)
     except FileNotFoundError as exc:
@@ -124,7 +128,8 @@ def _config(args: argparse.Namespace):
             if corpus is not None:
                 corpus.close()
     job = TrainJob(dataset_dir=args.dataset, out_dir=args.out, name=args.name, workers=args.workers, gpu=args.gpu,
-                   hardware_key=args.hardware if finetune else None, base_path=base_path, base_model_id=base_id,
+                   hardware_key=keys[0] if finetune and len(keys) == 1 else None,
+                   hardware_keys=keys if finetune and len(keys) > 1 else (), base_path=base_path, base_model_id=base_id,
                    corpus=corpus_root(args) if register else None, index_url=index_url(args),
                    max_failures=args.max_failures, address=args.address)
     return cfg, job

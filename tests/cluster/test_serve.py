@@ -92,7 +92,7 @@ def test_in_process_a_tvmscript_task_gets_k_schedules(handle, host_key):
 @pytest.mark.parametrize("body, status, words", [
     ({"tvmscript": "import os", "hardware": "HOST"}, 400, "import os is not allowed"),
     ({"tvmscript": "def f(:", "hardware": "HOST"}, 400, "does not parse"),
-    ({"tvmscript": MATMUL, "hardware": "cpu-unknown-2c"}, 404, "no model for hardware 'cpu-unknown-2c'"),
+    ({"tvmscript": MATMUL, "hardware": "cuda-sm_00-nothing"}, 404, "no model for hardware 'cuda-sm_00-nothing'"),
     ({"tvmscript": MATMUL, "hardware": "Not A Key"}, 400, "is not a hardware key"),
     ({"workload_key": "0123456789abcdef", "hardware": "HOST"}, 404, "not in the server's corpus"),
 ])
@@ -101,6 +101,19 @@ def test_in_process_bad_requests_are_4xx_naming_the_problem(handle, host_key, bo
     with pytest.raises(ApiError) as e:
         _answer(handle, **body)
     assert e.value.status == status and words in e.value.message
+
+
+def test_in_process_a_key_without_a_model_is_answered_by_the_nearest_and_says_so(handle, host_key):
+    """Same CPU, another core count: no model of its own; the host's model answers (same vector
+    width and ISA; the broken model's made-up key has neither), and the response and
+    /v1/models say it is a fallback."""
+    other = host_key.rsplit("-", 1)[0] + "-64c"
+    r = _answer(handle, tvmscript=MATMUL, hardware=other)
+    assert (r.model_id, r.fallback, r.hardware) == ("tiny-host", True, other) and r.candidates
+    assert host_key in r.fallback_reason and "same vector width" in r.fallback_reason
+    assert not _answer(handle, tvmscript=MATMUL, hardware=host_key).fallback
+    rows = [m for m in handle.models.remote().result().models if m.hardware == other]
+    assert [(m.model_id, m.fallback, m.status) for m in rows] == [("tiny-host", True, "loaded")]
 
 
 def test_in_process_a_model_that_fails_to_load_marks_its_hardware_unavailable(handle, host_key):

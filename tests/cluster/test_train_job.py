@@ -167,3 +167,28 @@ def test_quality_hook_measures_greedy_schedules_of_held_out_tasks_against_the_co
     assert row["ratio"] == pytest.approx(row["greedy_s"] / row["corpus_best_s"]) and row["ratio"] > 0
     with Corpus.open(tmp_path / "c") as c:
         assert "tlm:m" in set(c.scan(columns=["tuner"]).column("tuner").to_pylist())
+
+
+def test_one_model_for_several_keys_learns_their_rows_and_records_them(sets, tmp_path):
+    """``--hardware A,B``: the rows of every key named; the model's info lists them (the catalog
+    serves each of them with it); a key without rows is named in the error."""
+    from cluster.train_job import TrainJob, prepare
+    from tlm.model.train import TrainConfig
+
+    dataset, _ = sets
+    cfg = TrainConfig(stage="finetune", batch_size=2)
+    base = str(ROOT / "models" / "tlm-small-pretrain")
+
+    def spec(*keys: str) -> dict:
+        job = TrainJob(dataset_dir=str(dataset), storage_path=str(tmp_path), name="-".join(keys), base_path=base,
+                       hardware_keys=keys)
+        return prepare(cfg, job)
+
+    both = spec("cpu-znver4-2c", "cpu-rocketlake-2c")
+    one = prepare(cfg, TrainJob(dataset_dir=str(dataset), storage_path=str(tmp_path), name="one", base_path=base,
+                                hardware_key="cpu-znver4-2c"))
+    assert both["rows"] == one["rows"] and both["rows"]["train"] > 0  # the set holds Zen 4 rows only
+    assert both["info"]["hardware_keys"] == ["cpu-znver4-2c", "cpu-rocketlake-2c"]
+    assert both["info"]["hardware_key"] is None and one["info"]["hardware_keys"] == ["cpu-znver4-2c"]
+    with pytest.raises(ValueError, match="no training sentences for hardware cpu-rocketlake-2c"):
+        spec("cpu-rocketlake-2c", "cpu-icelake-2c")

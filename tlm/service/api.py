@@ -78,6 +78,8 @@ class ScheduleResponse(BaseModel):
     workload_key: str
     hardware: str
     model_id: str
+    fallback: bool = False  # the key has no model of its own: model_id is the nearest key's (or a multi-key model)
+    fallback_reason: str | None = None  # which key's model answers, and why that one
     sketches: int  # live sketches generated
     candidates: list[CandidateOut]
     generate_s: float  # decoding (all sketches)
@@ -90,11 +92,14 @@ class ScheduleResponse(BaseModel):
 
 class ModelInfo(BaseModel):
     model_id: str
-    hardware: str | None
+    hardware: str | None  # the key it answers for (None: a pretrained or multi-key model's own row)
     stage: str
     source: str
     status: Literal["loaded", "available", "unavailable"]
     error: str | None = None
+    hardware_keys: list[str] = []  # the keys it was fine-tuned on
+    fallback: bool = False  # answering for ``hardware`` without having learnt it (the nearest model)
+    fallback_reason: str | None = None
 
 
 class ModelsResponse(BaseModel):

@@ -30,9 +30,17 @@ class ModelEntry:
 
     model_id: str
     path: str  # a save_pretrained directory (safetensors)
-    hardware_key: str | None  # None: a pretrained, hardware-independent model
+    hardware_key: str | None  # the one key it is tuned to; None: pretrained, or tuned to several keys
     stage: str  # "pretrain" or "finetune"
     source: str  # "registry" or "shipped"
+    hardware_keys: tuple[str, ...] = ()  # every key it was fine-tuned on (empty: pretrained)
+
+
+def _entry(model_id: str, path: str, info: dict, source: str, hardware_key: str | None = None) -> ModelEntry:
+    key = info.get("hardware_key", hardware_key)
+    keys = tuple(info.get("hardware_keys") or ((key,) if key else ()))
+    return ModelEntry(model_id, os.path.abspath(path), key, info.get("stage") or ("finetune" if keys else "pretrain"),
+                      source, keys)
 
 
 def shipped_models(root: str = SHIPPED_MODELS) -> list[ModelEntry]:
@@ -46,20 +54,23 @@ def shipped_models(root: str = SHIPPED_MODELS) -> list[ModelEntry]:
             info = read_model_info(path)
         except (FileNotFoundError, ValueError):
             continue
-        out.append(ModelEntry(name, os.path.abspath(path), info.get("hardware_key"),
-                              info.get("stage") or "finetune", "shipped"))
+        out.append(_entry(name, path, info, "shipped"))
     return out
 
 
 def registered_models(corpus: Any) -> list[ModelEntry]:
     """The usable models of the corpus index whose directory exists, newest first."""
     from storage.registry import usable
+    from tlm.model.network import read_model_info
 
     out = []
     for row in corpus.models():
         if usable(row["metrics"]) and os.path.isdir(row["path"]):
-            out.append(ModelEntry(row["model_id"], row["path"], row["hardware_key"],
-                                  "finetune" if row["hardware_key"] else "pretrain", "registry"))
+            try:
+                info = read_model_info(row["path"])
+            except (FileNotFoundError, ValueError):
+                info = {}
+            out.append(_entry(row["model_id"], row["path"], info, "registry", row["hardware_key"]))
     return out
 
 
@@ -77,6 +88,57 @@ def model_for(hardware_key: str, corpus: Any | None = None, *, root: str = SHIPP
     keys = sorted({m.hardware_key for m in models if m.hardware_key})
     raise NoModel(f"no model for hardware {hardware_key!r}; models exist for: {', '.join(keys) or 'none'} "
                   f"(fine-tune one on this machine's corpus: tlm train --stage finetune --base shipped)")
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The model that answers for a key, and whether it is another key's (a fallback)."""
+
+    entry: ModelEntry
+    fallback: bool  # True: the key has no model of its own; ``entry`` is the nearest one
+    why: str = ""  # for a fallback: which key it was trained on and why that one
+
+
+def serving_model(hardware: Any, corpus: Any | None = None, *, root: str = SHIPPED_MODELS) -> Serving:
+    """The model that writes schedules for ``hardware`` (a ``collectors.hardware.Hardware``):
+    :func:`model_for`'s when the key has one; else the nearest model of the same kind
+    (``collectors.hardware.nearness``: same vector width, most ISA words in common), a model
+    trained on several keys winning a tie, and when no model has the key's vector width, a
+    multi-key model before a single other key's. Raises :class:`NoModel` when no fine-tuned
+    model of that kind exists."""
+    from collectors.hardware import hardware_for_key, nearness
+
+    try:
+        return Serving(model_for(hardware.key, corpus, root=root), False)
+    except NoModel:
+        pass
+
+    def hw(key: str) -> Any:
+        try:
+            return hardware_for_key(key, corpus.hardware_info(key) if corpus is not None else None)
+        except ValueError:  # a CUDA key without an index row: no facts to compare
+            return None
+
+    best = None
+    for order, m in enumerate(available_models(corpus, root=root)):
+        near = [(nearness(hardware, h), k) for k in m.hardware_keys if (h := hw(k)) is not None]
+        if not near or max(near)[0][0] < 0:  # no key of its, or another kind
+            continue
+        (width, jaccard, cores), key = max(near)
+        multi = int(len(m.hardware_keys) > 1)
+        rank = (width, multi * (1 - width), jaccard, multi, cores, -order)  # see the docstring
+        if best is None or rank > best[0]:
+            best = (rank, key, m)
+    if best is None:
+        raise NoModel(f"no model for hardware {hardware.key!r} and none of its kind to fall back on "
+                      f"(fine-tune one on this machine's corpus: tlm adapt)")
+    (width, _, jaccard, *_), key, entry = best
+    if hardware.key in entry.hardware_keys:  # a multi-key model that learnt this key: its own
+        return Serving(entry, False)
+    keys = "+".join(entry.hardware_keys)
+    why = (f"{hardware.key} has no model; {entry.model_id} (trained on {keys}) is the nearest: "
+           f"{'same' if width else 'another'} vector width, {jaccard:.0%} of ISA words shared with {key}")
+    return Serving(entry, True, why)
 
 
 def pretrained_model(corpus: Any | None = None, *, root: str = SHIPPED_MODELS) -> ModelEntry:

@@ -1,0 +1,69 @@
+"""Which model answers for a key: its own, else the nearest of its kind, else a clear NoModel."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collectors.hardware import hardware_for_key
+from tlm.service.catalog import NoModel, serving_model, shipped_models
+
+ROCKET, ZEN3, ZEN4 = "cpu-rocketlake-2c", "cpu-znver3-2c", "cpu-znver4-2c"
+
+
+def _model_dir(root, name: str, **info) -> None:
+    """A directory the catalog lists (its info file only: the catalog never loads weights)."""
+    d = root / name
+    d.mkdir()
+    (d / "tlm_model.json").write_text(json.dumps({"stage": "finetune", "model_config": {}, **info}))
+
+
+@pytest.fixture
+def root(tmp_path):
+    _model_dir(tmp_path, "a-rocket", hardware_key=ROCKET)
+    _model_dir(tmp_path, "b-zen3", hardware_key=ZEN3)
+    _model_dir(tmp_path, "c-multi", hardware_key=None, hardware_keys=[ROCKET, ZEN3])
+    return tmp_path
+
+
+def test_the_catalog_reads_every_key_a_model_learnt(root):
+    listed = {m.model_id: m for m in shipped_models(str(root))}
+    assert listed["c-multi"].hardware_keys == (ROCKET, ZEN3) and listed["c-multi"].hardware_key is None
+    assert listed["a-rocket"].hardware_keys == (ROCKET,) and listed["c-multi"].stage == "finetune"
+
+
+def test_own_model_first(root):
+    s = serving_model(hardware_for_key(ROCKET), root=str(root))
+    assert (s.entry.model_id, s.fallback) == ("a-rocket", False)
+
+
+def test_a_multi_key_model_serves_the_keys_it_learnt_as_its_own(tmp_path):
+    _model_dir(tmp_path, "c-multi", hardware_key=None, hardware_keys=[ROCKET, ZEN3])
+    s = serving_model(hardware_for_key(ZEN3), root=str(tmp_path))
+    assert (s.entry.model_id, s.fallback) == ("c-multi", False)
+
+
+@pytest.mark.parametrize("key, expected", [
+    (ZEN4, "c-multi"),  # AVX-512 like Rocket Lake: the multi-key model that learnt it wins the tie
+    ("cpu-haswell-2c", "c-multi"),  # AVX2, 256-bit like Zen 3, which the multi-key model learnt too
+    ("cpu-generic-2c", "c-multi"),  # no model has its 128-bit width: the multi-key model
+    ("cpu-znver4-8c", "c-multi"),
+])
+def test_a_key_without_a_model_gets_the_nearest(root, key, expected):
+    s = serving_model(hardware_for_key(key), root=str(root))
+    assert s.fallback and s.entry.model_id == expected, s.why
+    assert key in s.why and expected in s.why
+
+
+@pytest.mark.parametrize("key, expected", [(ZEN4, "a-rocket"), ("cpu-haswell-2c", "b-zen3")])
+def test_without_a_multi_key_model_the_same_vector_width_wins(tmp_path, key, expected):
+    _model_dir(tmp_path, "a-rocket", hardware_key=ROCKET)
+    _model_dir(tmp_path, "b-zen3", hardware_key=ZEN3)
+    s = serving_model(hardware_for_key(key), root=str(tmp_path))
+    assert s.entry.model_id == expected and "same vector width" in s.why
+
+
+def test_no_model_of_the_kind_is_no_model(tmp_path):
+    _model_dir(tmp_path, "p", hardware_key=None)  # pretrained: learnt no key, answers for none
+    with pytest.raises(NoModel, match="none of its kind"):
+        serving_model(hardware_for_key(ZEN4), root=str(tmp_path))
