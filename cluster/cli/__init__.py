@@ -22,7 +22,8 @@ import warnings
 from cluster.cli.options import UsageError
 
 #: The commands, in the order ``tlm --help`` lists them (a module of this package each).
-COMMANDS = ("collect", "corpus", "runs", "dataset", "train", "cost_model", "models", "serve", "compile", "demo", "node_resources")
+COMMANDS = ("collect", "corpus", "runs", "dataset", "train", "cost_model", "models", "serve", "compile", "adapt", "demo",
+            "node_resources")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ well it ranks them (Spearman; the speed of its top-1 and best of top-5 relative 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from cluster.cli.options import UsageError, add_corpus_options, held_out_models, open_corpus, user_errors
 from collectors.zoo import HELD_OUT_MODELS
@@ -35,10 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from collectors.cost_model import CostModel, CostModelConfig, evaluate
-    from collectors.hardware import hardware_for_key
     from storage.schema import check_hardware_key
-    from tlm.model.dataset import split_of
 
     if args.max_per_workload < 0:
         raise UsageError(f"--max-per-workload must be >= 0, got {args.max_per_workload}")
@@ -46,22 +44,7 @@ def run_fit(args: argparse.Namespace) -> int:
         check_hardware_key(args.hardware)
     held = held_out_models(args.held_out)
     with open_corpus(args) as corpus:
-        info = corpus.hardware_info(args.hardware)
-        if info is None:
-            known = ", ".join(sorted(corpus.stats()["by_hardware"])) or "none"
-            raise UsageError(f"the corpus has no hardware key {args.hardware!r} (it has: {known})")
-        hardware = hardware_for_key(args.hardware, info)
-        test = tuple(sorted(w["workload_key"] for w in corpus.workloads()
-                            if split_of(sorted(w.get("models") or {}), held) == "test"))
-        config = CostModelConfig(hardware_key=args.hardware, exclude_workloads=test,
-                                 max_records_per_workload=args.max_per_workload)
-        with user_errors(ValueError):
-            model = CostModel.fit(corpus, hardware, config, progress=True)
-        s = model.summary
-        print(f"cost model of {args.hardware}: {s.records} records of {s.workloads} workloads "
-              f"({s.errors} failures), features {s.features_s:.0f} s, training {s.train_s:.0f} s")
-        judged = evaluate(model, corpus, hardware, test) if test else None
-    model.held_out = {"models": list(held), "ranking": judged}
+        model, judged = fit_cost_model(corpus, args.hardware, held, max_per_workload=args.max_per_workload)
     path = model.save(args.out)
     if judged and judged["workloads"]:
         print(f"held-out ({', '.join(held)}): {judged['workloads']} workloads, {judged['records']} records; "
@@ -69,3 +52,30 @@ def run_fit(args: argparse.Namespace) -> int:
               f"top-5 {judged['top5_geomean']:.2f} of the best (a random pick: {judged['random_geomean']:.2f})")
     print(f"-> {path}")
     return 0
+
+
+def fit_cost_model(corpus: Any, hardware_key: str, held: tuple[str, ...], *, max_per_workload: int = 0,
+                   progress: bool = True) -> tuple[Any, dict | None]:
+    """The cost model of a key fitted on ``corpus`` (the held-out models' workloads left out) and
+    how well it ranks those held-out records (None when there are none); UsageError for a key
+    the corpus lacks. ``tlm cost-model fit`` and ``tlm adapt`` both fit through here."""
+    from collectors.cost_model import CostModel, CostModelConfig, evaluate
+    from collectors.hardware import hardware_for_key
+    from tlm.model.dataset import split_of
+
+    info = corpus.hardware_info(hardware_key)
+    if info is None:
+        known = ", ".join(sorted(corpus.stats()["by_hardware"])) or "none"
+        raise UsageError(f"the corpus has no hardware key {hardware_key!r} (it has: {known})")
+    hardware = hardware_for_key(hardware_key, info)
+    test = tuple(sorted(w["workload_key"] for w in corpus.workloads()
+                        if split_of(sorted(w.get("models") or {}), held) == "test"))
+    config = CostModelConfig(hardware_key=hardware_key, exclude_workloads=test, max_records_per_workload=max_per_workload)
+    with user_errors(ValueError):
+        model = CostModel.fit(corpus, hardware, config, progress=progress)
+    s = model.summary
+    print(f"cost model of {hardware_key}: {s.records} records of {s.workloads} workloads "
+          f"({s.errors} failures), features {s.features_s:.0f} s, training {s.train_s:.0f} s")
+    judged = evaluate(model, corpus, hardware, test) if test else None
+    model.held_out = {"models": list(held), "ranking": judged}
+    return model, judged
