@@ -9,8 +9,8 @@ On this machine (its hardware key is detected, never typed):
    (``tlm.service.catalog.serving_model``: same vector width, most ISA words shared, a model of
    several keys first), or ``--base``;
 2. **measure what teaches the most**: the base model's own ``K`` best candidates (beams) for the
-   heaviest tasks of ``--models`` (the zoo's held-out models are refused: the judging set must stay
-   unseen), ``ceil(N / K)`` tasks, every candidate built, run, checked and stored in the corpus as
+   heaviest tasks of ``--models`` (the zoo's held-out models, and every workload they share with
+   the others, are left out: the judging set must stay unseen), ``ceil(N / K)`` tasks, every candidate built, run, checked and stored in the corpus as
    ``tlm:<base>`` records (the closed loop; resumable: a task measured before is skipped). Where the
    base is wrong for this CPU, its candidates are the mistakes worth correcting;
 3. **fine-tune** the base on this key's records (the fastest 4 per task and sketch, each weighted by
@@ -120,10 +120,15 @@ def run_adapt(args: argparse.Namespace) -> int:
 
 
 def _chosen_tasks(models: tuple[str, ...], hw: Any, args: argparse.Namespace) -> list:
-    """The heaviest tasks (FLOPs x occurrences) of the models, enough for N measurements."""
+    """The heaviest tasks (FLOPs x occurrences) of the models, enough for N measurements; a
+    workload that also occurs in a held-out model is left out (it is in the judging set, and a
+    fresh corpus would not know to keep it out of training)."""
     from collectors.tasks import tasks_for_models
+    from collectors.zoo import HELD_OUT_MODELS
 
-    tasks = tasks_for_models(models, hw, max_mflop=args.max_mflop, small=args.small)
+    held = {t.workload_key for t in tasks_for_models(HELD_OUT_MODELS, hw, small=args.small)}
+    tasks = [t for t in tasks_for_models(models, hw, max_mflop=args.max_mflop, small=args.small)
+             if t.workload_key not in held]
     tasks.sort(key=lambda t: (-(t.flops or 0) * t.weight, t.workload_key))
     return tasks[: math.ceil(args.measurements / args.per_task)]
 
