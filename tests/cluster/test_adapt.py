@@ -42,8 +42,13 @@ def test_adapt_measures_the_nearest_models_candidates_fine_tunes_and_registers(t
     out = capsys.readouterr()
     assert "base near:" in out.err and "is the nearest" in out.err and f"adapted adapt-{key}-4" in out.out
     with Corpus.open(corpus) as c:
-        rows = c.scan(columns=["tuner", "latency_s", "error"]).to_pylist()
+        rows = c.scan(columns=["tuner", "latency_s", "error", "workload_key"]).to_pylist()
         assert len(rows) == 4 and {r["tuner"] for r in rows} == {"tlm:near"}
+        from collectors.tasks import tasks_for_models
+        from collectors.zoo import HELD_OUT_MODELS
+
+        judged = {t.workload_key for t in tasks_for_models(HELD_OUT_MODELS, detect_hardware("cpu"), small=True)}
+        assert not judged & {r["workload_key"] for r in rows}, "adapt measured a workload of the judging set"
         model = c.newest_model(key)
         assert model["model_id"] == f"adapt-{key}-4" and model["base_model_id"] == "near"
         assert os.path.isdir(model["path"])
