@@ -51,8 +51,9 @@ def key_table(corpus_dir: str) -> dict:
                 "models": sorted(models_of[k])} for k, v in sorted(st.items())}
 
 
-def served_top1(task: Any, hw: Any, model_dir: str, loaded: dict) -> Any:
-    """The schedule the server would answer with from this model directory (Method)."""
+def served_top1(task: Any, hw: Any, model_dir: str, loaded: dict, *, greedy: bool = False) -> Any:
+    """The schedule the server would answer with from this model directory (Method); with
+    ``greedy``, the model's greedy program without its cost model (None when it has none)."""
     from collectors.judge import Method
     from tlm.model.network import load_model
     from tlm.service.catalog import ranker_of
@@ -62,7 +63,9 @@ def served_top1(task: Any, hw: Any, model_dir: str, loaded: dict) -> Any:
         model, tok, _ = load_model(model_dir)
         loaded[model_dir] = (model, tok, ranker_of(model_dir))
     model, tok, ranker = loaded[model_dir]
-    g = generate(task, hw, model, tok, k=1, ranker=ranker)
+    if greedy and ranker is None:
+        return None
+    g = generate(task, hw, model, tok, k=1, ranker=None if greedy else ranker)
     return Method([g.candidates[0].schedule], g.generate_s + g.check_s + g.rank_s)
 
 
@@ -86,6 +89,8 @@ def judge_models(hw: Any, tasks: list, models: dict[str, str], corpus_dir: str) 
     with Corpus.open(corpus_dir) as corpus:
         for i, task in enumerate(tasks):
             methods = {name: served_top1(task, hw, d, loaded) for name, d in models.items()}
+            methods |= {f"{name}_greedy": m for name, d in models.items()
+                        if (m := served_top1(task, hw, d, loaded, greedy=True)) is not None}
             methods["rules"] = rules_method(task, hw)
             ms = corpus_best(corpus, task, hw.key)
             if ms is not None:
@@ -166,9 +171,10 @@ def report_md(res: dict) -> str:
     if res.get("models"):
         lines += ["", f"## Models on the {len(res['rows'])} heaviest held-out tasks", "",
                   "| model | directory | speed vs own (geomean) | worst task |", "|---|---|---:|---:|"]
-        for name, d in res["models"].items():
-            r = res["relative"][name]
-            lines.append(f"| {name} | {d} | {f(r['geomean'])} | {f(r['worst'])} |")
+        for name, r in res["relative"].items():
+            base = name.removesuffix("_greedy")
+            what = res["models"].get(base, "(baseline)") + (" greedy, no cost model" if name != base else "")
+            lines.append(f"| {name} | {what} | {f(r['geomean'])} | {f(r['worst'])} |")
     if res.get("travel"):
         t = res["travel"]
         lines += ["", f"## How far a schedule travels: other keys' best, run on {t['to']} ({t['workloads']} workloads)",
@@ -220,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 raise SystemExit(f"error: {exc}") from None
         res["rows"] = judge_models(hw, tasks, models, args.corpus)
-        res["relative"] = {n: relative(res["rows"], n) for n in [*models, "rules", "ms_64_corpus"]}
+        names = sorted({n for r in res["rows"] for n in r["methods"]} - {"own", "torch_eager"})
+        res["relative"] = {n: relative(res["rows"], n) for n in names}
         res["zero_shot"] = res["relative"].get("zero_shot")
         res["one_model"] = res["relative"].get("one_model")
         walls = dict(s.split("=") for s in args.adapt_wall_s)
