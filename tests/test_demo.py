@@ -28,7 +28,7 @@ def test_quick_demo_end_to_end(tmp_path):
     report = json.loads((tmp_path / "demo" / "demo.json").read_text())
     k = report["budgets"]["k"]
     assert report["model_id"].startswith("demo-") and report["corpus_verifies"]
-    # the shipped pretrained model is the base unless this CPU's prompt words are new to it
+    # the nearest (or own, or pretrained) shipped model is the base unless this CPU's prompt words are new to it
     assert report["base_model"] or "does not know" in report["base_model_why"], report["base_model_why"]
     assert report["tasks"], "held-out tasks were judged"
     for t in report["tasks"]:

@@ -5,9 +5,10 @@
 
 Each step with real parts (a local Ray, a SQLite index, a local Parquet corpus under the work dir):
 
-1. detect this machine's hardware key; pick the base model: the shipped pretrained TLM when its
-   vocabulary has every word of this machine's prompt, else a ``tiny`` one trained from scratch
-   here (and it says so);
+1. detect this machine's hardware key; pick the base model: the one the server answers this key
+   with today (its own, else the nearest model of its kind, as ``tlm adapt`` does), else the
+   shipped pretrained TLM; a ``tiny`` one trained from scratch here when its vocabulary lacks a
+   word of this machine's prompt (and it says so);
 2. collect a small fresh corpus of ``--collect-model`` with MetaSchedule in Ray collector
    actors (every candidate measured and checked; running the demo again skips what is done);
 3. build the training sentences and fine-tune the base on them with Ray Train (registered in
@@ -168,21 +169,27 @@ def _demo(args: argparse.Namespace, b: dict) -> int:
 
 
 def _base_model(hw: Any) -> tuple[Any, str]:
-    """The shipped pretrained model when its vocabulary covers this machine's prompt words."""
-    from tlm.service.catalog import NoModel, pretrained_model
+    """The model the server answers this key with today (its own, else the nearest of its kind:
+    ``catalog.serving_model``), else the shipped pretrained model; the fresh corpus fine-tunes it
+    further. None (a tiny model trained here) when its vocabulary lacks this machine's prompt words."""
+    from tlm.service.catalog import NoModel, pretrained_model, serving_model
     from tlm.language import hardware_tokens
     from tlm.model.tokenizer import load_tokenizer
 
     try:
-        entry = pretrained_model()
-    except NoModel as exc:
-        return None, str(exc)
+        sv = serving_model(hw)
+        entry, why = sv.entry, sv.why if sv.fallback else f"{hw.key}'s own model"
+    except NoModel:
+        try:
+            entry, why = pretrained_model(), "shipped, pretrained on the seed corpus (no fine-tuned model of this kind)"
+        except NoModel as exc:
+            return None, str(exc)
     vocab = load_tokenizer(entry.path).get_vocab()
     unknown = [w for w in hardware_tokens(hw) if w not in vocab]
     if hw.kind != "cpu" or unknown:
-        return None, (f"the shipped model was pretrained on CPUs and does not know {unknown or hw.kind}: "
+        return None, (f"the shipped models were trained on CPUs and do not know {unknown or hw.kind}: "
                       "a tiny model is pretrained here instead")
-    return entry, f"shipped, pretrained on the seed corpus; its vocabulary covers {hw.key}"
+    return entry, why
 
 
 def _train(corpus_dir: Path, work: Path, hw: Any, base: Any, steps: int, seed: int) -> str:
