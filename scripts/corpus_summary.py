@@ -22,12 +22,12 @@ def main(root: str = "data/corpus") -> int:
         workloads = {w["workload_key"]: w for w in c.workloads()}
         runs = c.run_summaries()
     rows = table.to_pylist()
-    per: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
+    per: dict[tuple[str, str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
     best: dict[tuple[str, str], float] = {}
     for r in rows:
         models = workloads.get(r["workload_key"], {}).get("models") or {"?": 1}
         for m in models:
-            per[(m, r["tuner"])][0 if r["error"] is None else 1] += 1
+            per[(r["hardware_key"], m, r["tuner"])][0 if r["error"] is None else 1] += 1
         if r["latency_s"] is not None:
             k = (r["workload_key"], r["hardware_key"])
             best[k] = min(best.get(k, float("inf")), r["latency_s"])
@@ -35,13 +35,14 @@ def main(root: str = "data/corpus") -> int:
           f"{int(pc.sum(pc.is_valid(table['error'])).as_py() or 0)} errors) of {len({r['workload_key'] for r in rows})} "
           f"workloads; hardware keys: {', '.join(sorted(set(table['hardware_key'].to_pylist())))}; "
           f"collected {min(table['created_at'].to_pylist())} .. {max(table['created_at'].to_pylist())}\n")
-    print("| model | tuner | measured | errors |\n|---|---|---:|---:|")
-    for (m, t), (ok, err) in sorted(per.items()):
-        print(f"| {m} | {t} | {ok} | {err} |")
-    print("\n| run | status | tasks done | tasks failed | records | seconds |\n|---|---|---:|---:|---:|---:|")
+    print("| hardware | model | tuner | measured | errors |\n|---|---|---|---:|---:|")
+    for (h, m, t), (ok, err) in sorted(per.items()):
+        print(f"| {h} | {m} | {t} | {ok} | {err} |")
+    print("\n| run | hardware | status | tasks done | tasks failed | records | seconds |"
+          "\n|---|---|---|---:|---:|---:|---:|")
     for r in runs:
-        print(f"| {r['run_id'][:8]} | {r['status']} | {r['tasks_done']} | {r['tasks_failed']} | {r['records']} | "
-              f"{r['seconds']} |")
+        print(f"| {r['run_id'][:8]} | {','.join(r['hardware'] or []) if isinstance(r['hardware'], list) else r['hardware']} | "
+              f"{r['status']} | {r['tasks_done']} | {r['tasks_failed']} | {r['records']} | {r['seconds']} |")
     eager = _torch_eager()
     print("\n| task | models | MFLOP | hardware | best latency (us) | GFLOP/s | PyTorch eager (us) | eager / best |"
           "\n|---|---|---:|---|---:|---:|---:|---:|")
