@@ -45,3 +45,13 @@ def test_the_shipped_corpus_has_unique_records_of_registered_workloads(shipped):
         assert all(c.hardware_info(k) for k in table["hardware_key"].unique().to_pylist())
         ok = pc.is_valid(table["latency_s"])
         assert pc.all(pc.xor(ok, pc.is_valid(table["error"]))).as_py(), "each record: a latency or an error"
+
+
+def test_the_data_readme_lists_every_hardware_key(shipped):
+    """A slice merged or collected on a new machine must be described where users look."""
+    from storage import Corpus
+
+    text = (DATA.parent / "README.md").read_text()
+    with Corpus.open(shipped) as c:
+        keys = set(c.stats()["by_hardware"])
+    assert len(keys) >= 2 and all(f"`{k}`" in text for k in keys), keys
