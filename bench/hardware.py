@@ -18,6 +18,20 @@ evaluator setting, correctness-checked), side by side:
 - **travel** (``--travel N``): for the N heaviest workloads measured on this key and on others,
   each other key's best schedule run here against this key's own best (how far a schedule travels).
 
+The models of the committed run, from ``data/corpus`` (each command also in the closing note of issue 21)::
+
+    tlm dataset build --corpus data/corpus --out work/sets-rz3 --per-sketch 0 --top-k 4 \
+        --hardware cpu-rocketlake-2c,cpu-znver3-2c                       # zero_shot's sentences
+    tlm dataset build --corpus data/corpus --out work/sets-all --per-sketch 0 --top-k 4
+    tlm train --stage finetune --base models/tlm-small-pretrain --workers 1 --epochs 4 --out work/models \
+        --no-register --hardware cpu-rocketlake-2c,cpu-znver3-2c --dataset work/sets-rz3 --name tlm-small-cpu-rz3
+    #   the same with --hardware cpu-znver4-2c --dataset work/sets-all --name tlm-small-znver4-2c (own),
+    #   and --hardware cpu-rocketlake-2c,cpu-znver3-2c,cpu-znver4-2c ... --name tlm-small-cpu-all (one_model)
+    tlm cost-model fit --corpus data/corpus --hardware cpu-znver4-2c --out work/models/tlm-small-znver4-2c
+    #   copied into tlm-small-cpu-all; tlm-small-cpu-rz3 gets the shipped rocketlake model's (no znver4 data)
+    tlm adapt --measurements N --base work/models/tlm-small-cpu-rz3 --corpus work/adapt-N --out work/models \
+        --name few-shot-N                                                # N = 200, 1000
+
 Writes ``bench/results/hardware.json`` (keys ``keys``, ``zero_shot``, ``one_model``, ``few_shot``,
 ``travel``, ``targets``) and ``hardware.md``.
 """
