@@ -147,8 +147,9 @@ def _measure(corpus: Any, hw: Any, base: Any, tasks: list, args: argparse.Namesp
     def estimate(outcome: Any) -> None:
         if not first and outcome.status == "done":
             first.append(time.perf_counter() - t0)
-            print(f"\nfirst task in {first[0]:.0f} s: about {first[0] * (len(tasks) - 1) / 60:.0f} min to measure "
-                  "the rest (the heaviest task comes first), then about 3-6 min of fine-tuning", file=sys.stderr)
+            print(f"\nfirst task in {first[0]:.0f} s: at most {first[0] * (len(tasks) - 1) / 60:.0f} min to measure "
+                  "the rest (the heaviest task came first: lighter ones are faster; measured, 960 candidates took "
+                  "11 min on 2 cores), then 2-5 min of fine-tuning", file=sys.stderr)
 
     result = collect(corpus, hw, config, tasks=tasks, tune=model_tuner(model, tokenizer, base.model_id),
                      show_progress=not args.no_progress, on_task_done=estimate)
