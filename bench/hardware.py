@@ -44,7 +44,7 @@ import re
 import time
 from typing import Any
 
-from bench._common import geomean, machine, shipped_path
+from bench._common import REPO, geomean, machine, shipped_path
 from bench.judging import CORPUS
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -137,11 +137,21 @@ def summarize(res: dict) -> None:
 
 
 def few_shot(res: dict) -> None:
-    """The few-shot curve: N = 0 (the zero-shot model) and every ``few_shot_<N>`` model judged."""
+    """The few-shot curve: N = 0 (the zero-shot model) and every ``few_shot_<N>`` model judged, as
+    served now: a model directory without a cost model (``tlm adapt`` below its record threshold)
+    is served greedy, which is exactly its ``_greedy`` row."""
+    from tlm.service.catalog import ranker_of
+
     walls = res.get("adapt_wall_s") or {}
-    res["few_shot"] = [{"n": int(m.group(1)), "model": n, **res["relative"][n],
-                        "adapt_wall_s": walls.get(m.group(1))}
-                       for n in res["relative"] if (m := re.fullmatch(r"few_shot_(\d+)", n))]
+    res["few_shot"] = []
+    for n in res["relative"]:
+        m = re.fullmatch(r"few_shot_(\d+)", n)
+        if not m:
+            continue
+        d = os.path.join(REPO, res["models"][n])
+        served = n if not os.path.isdir(d) or ranker_of(d) is not None else f"{n}_greedy"
+        res["few_shot"].append({"n": int(m.group(1)), "model": n, "served": served, **res["relative"][served],
+                                "adapt_wall_s": walls.get(m.group(1))})
     if res["zero_shot"]:
         res["few_shot"].insert(0, {"n": 0, "model": "zero_shot", **res["zero_shot"], "adapt_wall_s": None})
     res["few_shot"].sort(key=lambda f: f["n"])
@@ -200,7 +210,8 @@ def report_md(res: dict) -> str:
 
     lines = [f"# Hardware: {res['hardware']} ({res['machine']['cpu']})", "",
              "Every figure is measured on this machine, one measurement call per task; speeds are relative to "
-             "this key's own model's served top-1 (above 1 is faster).", "", "## Keys in the corpus", "",
+             "this key's own model's served top-1 (above 1 is faster).", *[f"\n{n}" for n in res.get("notes", [])],
+             "", "## Keys in the corpus", "",
              "| key | records | measured | workloads | models |", "|---|---:|---:|---:|---|"]
     for k, v in res["keys"].items():
         lines.append(f"| {k} | {v['records']} | {v['ok']} | {v['workloads']} | {', '.join(v['models'])} |")
@@ -214,6 +225,16 @@ def report_md(res: dict) -> str:
             what = res["models"].get(base, "(baseline)") + (" greedy, no cost model" if name != base else "")
             lines.append(f"| {name} | {what} | {f(r['geomean'])} | {f(r['worst'])} | "
                          f"{f(res.get('vs_rules', {}).get(name, {}).get('geomean'))} |")
+    if res.get("few_shot"):
+        lines += ["", "## Few-shot: the zero-shot model adapted with N measurements on this key (`tlm adapt`)", "",
+                  "| N | served as | speed vs own | worst | speed vs rules | tlm adapt wall time (min) |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        for fs in res["few_shot"]:
+            served = fs.get("served") or fs.get("model", "")
+            wall = fs.get("adapt_wall_s")
+            lines.append(f"| {fs['n']} | {served} | {f(fs['geomean'])} | {f(fs['worst'])} | "
+                         f"{f(res.get('vs_rules', {}).get(served, {}).get('geomean'))} | "
+                         f"{'-' if not wall else f'{wall / 60:.1f}'} |")
     if res.get("travel"):
         t = res["travel"]
         lines += ["", f"## How far a schedule travels: other keys' best, run on {t['to']} ({t['workloads']} workloads)",
@@ -236,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=8, help="heaviest held-out tasks judged (0: none)")
     ap.add_argument("--travel", type=int, default=12, help="workloads of the cross-key figure (0: none)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "hardware.json"))
+    ap.add_argument("--note", action="append", default=None, help="a line the report must say (what limits a figure)")
     ap.add_argument("--report-only", action="store_true", help="recompute the summaries and Markdown of --out "
                     "from its measured rows (no measurement)")
     args = ap.parse_args(argv)
@@ -248,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             summarize(res)
             few_shot(res)
         res["targets"] = targets(res)
+        if args.note is not None:
+            res["notes"] = args.note
         return _write(res, args.out)
 
     import logging
@@ -283,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.travel:
         res["travel"] = travel(hw, args.corpus, args.travel)
     res["targets"] = targets(res)
+    res["notes"] = args.note or []
     res["wall_s"] = round(time.time() - t0, 1)
     return _write(res, args.out)
 
