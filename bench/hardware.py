@@ -232,7 +232,7 @@ def report_md(res: dict) -> str:
         for fs in res["few_shot"]:
             served = fs.get("served") or fs.get("model", "")
             wall = fs.get("adapt_wall_s")
-            lines.append(f"| {fs['n']} | {served} | {f(fs['geomean'])} | {f(fs['worst'])} | "
+            lines.append(f"| {fs['n']} | {served} | {f(fs['geomean'])} | {f(fs.get('worst'))} | "
                          f"{f(res.get('vs_rules', {}).get(served, {}).get('geomean'))} | "
                          f"{'-' if not wall else f'{wall / 60:.1f}'} |")
     if res.get("travel"):
