@@ -28,7 +28,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from storage import index as ix
-from storage.parts import read_part
+from storage.parts import hardware_of, read_part
 from storage.schema import make_record_id
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def _merge_records(dest: "Corpus", source: "Corpus", report: MergeReport) -> Non
             return
         res = dest.append(pa.concat_tables(pending))
         for path in res.part_paths:
-            hw = path.split("/", 1)[0].removeprefix("hardware=")
+            hw = hardware_of(path)
             report.added_by_hardware[hw] = report.added_by_hardware.get(hw, 0) + dest._rows_of(path)
         report.records_added += res.rows
         report.records_present += res.duplicates
