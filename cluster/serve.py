@@ -68,10 +68,14 @@ class _Loaded:
 
     def __init__(self, loaded: dict, key: str, serving: Any, model: Any, tokenizer: Any, ranker: Any = None) -> None:
         self._loaded, self.key, self.model, self.tokenizer = loaded, key, model, tokenizer
-        self.serving, self.entry = serving, serving.entry  # catalog.Serving: the entry, and whether a fallback
+        self.serving = serving  # catalog.Serving: the model's entry, and whether it is a fallback
         self.ranker = ranker  # the model's cost model, when its directory has one
         self._gone = False
         loaded[key] = self.entry.model_id
+
+    @property
+    def entry(self) -> Any:
+        return self.serving.entry
 
     def __del__(self) -> None:  # Serve calls it on eviction, Python again on collection: act once
         if not self._gone and self._loaded.get(self.key) == self.entry.model_id:
@@ -119,16 +123,10 @@ class ScheduleServer:
             return self._local[hardware_key]
         return await self.get_model(hardware_key)
 
-    def _serving(self, hardware_key: str) -> Any:
-        """The catalog's answer for a key: its own model, else the nearest (raises NoModel; a key
-        whose hardware cannot be rebuilt and has no model of its own is a NoModel too)."""
-        from tlm.service.catalog import model_for, serving_model
+    def _serving(self, hardware: Any) -> Any:
+        """The catalog's answer for a key: its own model, else the nearest (raises NoModel)."""
+        from tlm.service.catalog import serving_model
 
-        try:
-            hardware = self._hardware(hardware_key)
-        except ValueError:
-            model_for(hardware_key, self.corpus, root=self.models_root)  # NoModel: nothing to fall back on
-            raise
         return serving_model(hardware, self.corpus, root=self.models_root)
 
     def _hardware(self, hardware_key: str) -> Any:
@@ -142,7 +140,7 @@ class ScheduleServer:
         from tlm.service.catalog import ranker_of
         from tlm.model.network import load_model
 
-        serving = self._serving(hardware_key)
+        serving = self._serving(self._hardware(hardware_key))
         entry = serving.entry
         model, tokenizer, _ = await asyncio.to_thread(load_model, entry.path)
         ranker = await asyncio.to_thread(ranker_of, entry.path)
@@ -190,18 +188,20 @@ class ScheduleServer:
         """The response to one request (ApiError for everything the client can fix)."""
         from storage import HARDWARE_KEY_RE
         from tlm.service.api import schedule, task_of_request
-        from tlm.service.catalog import NoModel
+        from tlm.service.catalog import NoModel, model_for
 
         if not HARDWARE_KEY_RE.match(req.hardware):
             raise ApiError(400, f"hardware {req.hardware!r} is not a hardware key ({HARDWARE_KEY_RE.pattern})")
         try:
+            try:
+                hardware = self._hardware(req.hardware)
+            except ValueError as exc:  # no target for the key: nothing to fall back on; 422 if it has a model
+                model_for(req.hardware, self.corpus, root=self.models_root)
+                raise ApiError(422, str(exc)) from None
             if req.hardware not in self.loaded:  # a 404 before the multiplexer logs it as a load failure
-                self._serving(req.hardware)
-            hardware = self._hardware(req.hardware)
+                self._serving(hardware)
         except NoModel as exc:
             raise ApiError(404, str(exc)) from None
-        except ValueError as exc:  # its model exists, but no target can be built for the key
-            raise ApiError(422, str(exc)) from None
         try:
             held = await self._model(req.hardware)
         except NoModel as exc:
