@@ -111,9 +111,10 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
 
     path = data_file(job.dataset_dir, cfg.stage)
     held_out = list(built_with(path).held_out_models)
-    rows = read_rows(path, keys_of(job))
+    keys = keys_of(job)
+    rows = read_rows(path, keys)
     if not rows["train"]:
-        where = f" for hardware {', '.join(keys_of(job))}" if keys_of(job) else ""
+        where = f" for hardware {', '.join(keys)}" if keys else ""
         raise ValueError(f"{path} has no training sentences{where}; collect or build more data first")
     longest = max(len(r["text"].split()) for split in rows.values() for r in split)
     run_dir = os.path.join(job.storage_path, job.name)
@@ -144,7 +145,7 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
         "rows": {k: len(v) for k, v in rows.items()}, "data_file": path, "data_sha256": digest,
         # what the model records about itself: relative names only (a shipped model must not
         # carry a path of the machine it was trained on) and the models it never saw
-        "info": {"stage": cfg.stage, "hardware_key": job.hardware_key, "hardware_keys": list(keys_of(job)),
+        "info": {"stage": cfg.stage, "hardware_key": job.hardware_key, "hardware_keys": list(keys),
                  "base_model_id": job.base_model_id,
                  "data_file": os.path.basename(path), "data_sha256": digest, "held_out_models": held_out,
                  "train": asdict(cfg)},
