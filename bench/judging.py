@@ -27,7 +27,7 @@ def judging_set(hw: Any, *, corpus_dir: str | None = None, max_tasks: int | None
     model outside the zoo) whose workload the corpus has no record of in a training model.
     ``max_tasks``: only the N heaviest.
     """
-    from collectors.tasks import task_from_index
+    from collectors.tasks import heaviest_first, task_from_index
     from collectors.zoo import HELD_OUT_MODELS
     from storage import Corpus
     from tlm.model.dataset import split_of
@@ -51,7 +51,7 @@ def judging_set(hw: Any, *, corpus_dir: str | None = None, max_tasks: int | None
             if t.workload_key not in trained_on:
                 t.weights = {t.model: t.weight}
                 out.append(t)
-    out.sort(key=lambda t: (-(t.flops or 0) * t.weight, t.task_name))
+    out.sort(key=heaviest_first)
     return out[:max_tasks] if max_tasks else out
 
 
@@ -83,7 +83,7 @@ def outside_zoo_tasks(hw: Any, *, corpus_dir: str | None = None) -> list:
     import torch
     import transformers as hf
 
-    from collectors.tasks import extract_tasks
+    from collectors.tasks import extract_tasks, heaviest_first
     from storage import Corpus
 
     with Corpus.open(corpus_dir or CORPUS) as corpus:
@@ -108,7 +108,7 @@ def outside_zoo_tasks(hw: Any, *, corpus_dir: str | None = None) -> list:
         for t in picked:
             t.weights = {name: t.weight}
         out += picked
-    out.sort(key=lambda t: (-(t.flops or 0) * t.weight, t.task_name))
+    out.sort(key=heaviest_first)
     return out
 
 

@@ -152,7 +152,7 @@ def extract_tasks(model: Any, hardware: Hardware, *, model_name: str | None = No
             op_kind=op_kind_of(str(t.task_name)),
             model=name,
         ))
-    tasks.sort(key=lambda t: (-t.flops * t.weight, t.task_name))
+    tasks.sort(key=heaviest_first)
     logger.info("%s: %d tasks for %s", name, len(tasks), hardware.key)
     return tasks
 
@@ -176,6 +176,11 @@ def register_tasks(corpus: Any, tasks: Sequence[Task]) -> None:
                                      flops=t.flops, op_kind=t.op_kind, mod_json=tvm.ir.save_json(t.mod))
         if t.model:
             corpus.register_workload_model(t.workload_key, model=t.model, weight=t.weight)
+
+
+def heaviest_first(task: Task) -> tuple[float, str]:
+    """Sort key of "heaviest first": FLOPs x occurrences, descending, then by name."""
+    return (-(task.flops or 0) * task.weight, task.task_name)
 
 
 def select_tasks(tasks: Sequence[Task], *, max_tasks: int | None = None,
