@@ -112,9 +112,13 @@ def judge_models(hw: Any, tasks: list, models: dict[str, str], corpus_dir: str) 
             res = judge(task, hw, methods)
             rows.append({"task": task.task_name, "model": task.model, "workload_key": task.workload_key,
                          "flops": task.flops, "methods": res})
-            print(f"[{i + 1}/{len(tasks)}] {task.task_name}: " + ", ".join(
-                f"{n} {v['latency_s'] * 1e6:.0f}us" for n, v in res.items() if v.get("latency_s")), flush=True)
+            print(f"[{i + 1}/{len(tasks)}] {task.task_name}: {_latencies(res)}", flush=True)
     return rows
+
+
+def _latencies(judged: dict) -> str:
+    """One task's judged latencies as one progress line."""
+    return ", ".join(f"{n} {v['latency_s'] * 1e6:.0f}us" for n, v in judged.items() if v.get("latency_s"))
 
 
 def relative(rows: list[dict], name: str, ref: str = "own") -> dict:
@@ -176,8 +180,7 @@ def travel(hw: Any, corpus_dir: str, n: int) -> dict:
             res = judge(task, hw, methods, torch_eager=False)
             rows.append({"task": task.task_name, "workload_key": task.workload_key, "flops": task.flops,
                          "methods": res})
-            print(f"travel {task.task_name}: " + ", ".join(
-                f"{n_} {v['latency_s'] * 1e6:.0f}us" for n_, v in res.items() if v.get("latency_s")), flush=True)
+            print(f"travel {task.task_name}: {_latencies(res)}", flush=True)
     own = f"best_of_{hw.key}"
     return {"to": hw.key, "workloads": len(rows),
             "from": {k: relative(rows, f"best_of_{k}", own) for k in keys if k != hw.key},
