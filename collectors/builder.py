@@ -33,14 +33,21 @@ def build_one(mod: Any, target: Any, out_dir: str) -> str:
     """Compile one candidate exactly as MetaSchedule's ``default_build`` does, and export it as a
     shared library in a directory of its own under ``out_dir`` (MetaSchedule's
     RemoveBuildArtifact callback removes the artifact's whole directory); returns its path.
+    The layout rewrites the removed blocks performed are stored beside it
+    (collectors/layout.py): the runner hands the function its inputs in those layouts.
     Runs in a builder worker."""
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    from collectors import layout
+
+    rewrites = layout.layout_rewrites(mod)
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     rt_mod = tvm_build(mod, target=target)
-    path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")
+    artifact_dir = tempfile.mkdtemp(dir=out_dir)
+    path = os.path.join(artifact_dir, "candidate.so")
     rt_mod.export_library(path)
+    layout.save(rewrites, artifact_dir)
     return path
 
 

@@ -48,6 +48,7 @@ def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path
     import tvm
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
+    from collectors import layout
     from collectors.correctness import Tolerance, compare
 
     rt_mod = tvm.runtime.load_module(artifact_path)
@@ -57,10 +58,12 @@ def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path
 
         return run_evaluator_common(rt_mod, device, evaluator, default_alloc_argument(device, list(args_info), 1))
     ref = _reference(reference_path)
-    args = [tvm.runtime.tensor(a, device=device) for a in ref.inputs]
+    # inputs the schedule reads in another layout are handed over rewritten, and come back so
+    rewrites = layout.load(artifact_path)
+    args = [tvm.runtime.tensor(a, device=device) for a in layout.rewrite_inputs(rewrites, ref.inputs)]
     costs = run_evaluator_common(rt_mod, device, evaluator, [args])
     device.sync()
-    err = compare([a.numpy() for a in args], ref.outputs, Tolerance(rtol, atol_scale))
+    err = compare([a.numpy() for a in args], layout.rewrite_inputs(rewrites, ref.outputs), Tolerance(rtol, atol_scale))
     if err is not None:
         raise RuntimeError(err)
     return costs

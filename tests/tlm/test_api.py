@@ -123,6 +123,37 @@ def test_measured_answer_times_every_candidate_and_hands_the_records_on(lm, cpu_
     assert [x.latency_s for x in got] == [c.latency_s for c in r.candidates]
 
 
+def _dense_tvmscript() -> str:
+    """TOPI's dense, whose weight is layout-free (``layout_free_buffers``), as a deployer sends it."""
+    import tvm
+    from tvm import te, topi
+
+    x, w = te.placeholder((16, 64), name="x"), te.placeholder((32, 64), name="w")
+    return tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.relu(topi.nn.dense(x, w))])}).script()
+
+
+@pytest.mark.parametrize("keep_layout", [False, True])
+def test_a_layout_free_input_is_measured_and_its_rewrite_reported_or_kept(lm, cpu_hw, keep_layout):
+    """Issue 22: every candidate of a layout-free TOPI dense failed to measure (the built function
+    wanted the weight rewritten). Now each is measured and says which inputs it rewrites and how;
+    ``keep_layout`` asks for schedules that rewrite none."""
+    model, tok = lm
+    req = ScheduleRequest(tvmscript=_dense_tvmscript(), hardware=cpu_hw.key, k=4, measure=True,
+                          keep_layout=keep_layout)
+    r = schedule(req, task_of_request(req, None), cpu_hw, model, tok, "tiny-random")
+    # a random model's program may be too big to build in time (a build error, as data, on a busy
+    # machine); none may fail to run: that was the defect
+    assert all(c.error is None or c.error.startswith("build error") for c in r.candidates), [c.error for c in r.candidates]
+    assert any(c.latency_s for c in r.candidates)
+    for c in r.candidates:
+        assert bool(c.layout_rewrites) == ("layout_rewrite_preproc" in c.tvmscript)
+        assert all(lr.param == 1 and "lambda" in lr.index_map for lr in c.layout_rewrites)
+    if keep_layout:
+        assert not any(c.layout_rewrites for c in r.candidates)
+    else:
+        assert any(c.layout_rewrites for c in r.candidates), "no candidate rewrote the weight: the test proves nothing"
+
+
 def test_a_primfunc_without_a_schedulable_block_is_a_422(lm, cpu_hw):
     model, tok = lm
     text = '''from tvm.script import tirx as T

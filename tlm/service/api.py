@@ -13,6 +13,7 @@ unpickled, and weights come only from safetensors (``tlm.model.network.load_mode
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 from typing import Any, Callable, Literal
 
@@ -50,12 +51,23 @@ class ScheduleRequest(BaseModel):
     rank: bool = Field(True, description="rank by the model's cost model when it ships one (false: likelihood only, "
                        "faster: no pool is sampled)")
     measure: bool = Field(False, description="build, run and check the candidates on the server's device")
+    keep_layout: bool = Field(False, description="schedules that read every input in its own layout: the task's "
+                              "layout-free inputs (layout_free_buffers) are treated as fixed, so no candidate "
+                              "has layout_rewrites")
 
     @model_validator(mode="after")
     def _one_task(self) -> "ScheduleRequest":
         if (self.tvmscript is None) == (self.workload_key is None):
             raise ValueError("give exactly one of tvmscript or workload_key")
         return self
+
+
+class LayoutRewriteOut(BaseModel):
+    """One input the schedule reads in another layout (a layout-free input, RewriteLayout)."""
+
+    param: int  # position of the input in the function's parameters
+    shape: list[int]  # its shape in the new layout
+    index_map: str  # TVMScript T.index_map: original indices -> new indices
 
 
 class CandidateOut(BaseModel):
@@ -71,6 +83,11 @@ class CandidateOut(BaseModel):
     tvmscript: str  # the scheduled PrimFunc
     latency_s: float | None = None  # measured and checked (measure=true)
     error: str | None = None  # why the measurement failed
+    layout_rewrites: list[LayoutRewriteOut] = Field(
+        [], description="inputs read in another layout: the tvmscript rewrites them on every call (its layout "
+                        "rewrite block, signature unchanged); built as MetaSchedule builds (the block removed, "
+                        "RemoveWeightLayoutRewriteBlock) the function takes them already rewritten by index_map, "
+                        "as measure=true ran it")
 
 
 class ScheduleResponse(BaseModel):
@@ -219,12 +236,19 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
     measurement this host cannot run (another CPU's ISA) is a 409. ``on_records`` receives the
     measured records (the server appends them to its corpus: the closed loop).
     """
+    from collectors import layout
     from collectors.hardware import NotRunnableHere
     from collectors.tir import trace_json
     from tlm.service.generator import generate, measure_candidates
     from tlm.language import live_sketches
     from tlm.language.space import block_names, build_space
 
+    if req.keep_layout:
+        mod = layout.without_layout_freedom(task.mod)
+        if mod is not task.mod:
+            from collectors.tir import workload_key
+
+            task = dataclasses.replace(task, mod=mod, workload_key=workload_key(mod))
     if not [b for b in block_names(task.mod) if b != "root"]:
         raise ApiError(422, f"{task.task_name}: no schedulable block (a PrimFunc without T.sblock computes nothing "
                             "to schedule)")
@@ -254,7 +278,10 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
         candidates=[CandidateOut(rank=i, sketch_id=c.sketch_id, score=c.score, predicted=c.predicted,
                                  decisions=c.decisions,
                                  trace=trace_json(c.schedule.trace), tvmscript=c.schedule.mod.script(),
-                                 latency_s=c.latency_s, error=c.error)
+                                 latency_s=c.latency_s, error=c.error,
+                                 layout_rewrites=[LayoutRewriteOut(param=r.param, shape=list(r.shape),
+                                                                   index_map=r.index_map)
+                                                  for r in layout.layout_rewrites(c.schedule.mod)])
                     for i, c in enumerate(g.candidates)],
     )
 

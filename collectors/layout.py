@@ -1,0 +1,130 @@
+"""Layout rewrites of layout-free inputs: what a schedule does to its function's signature.
+
+A PrimFunc may mark inputs as layout-free (``layout_free_buffers``; TOPI's ``dense``,
+``batch_matmul``, ``conv2d_nhwc`` and others set it for their weights). MetaSchedule's
+``RewriteLayout`` postprocessor may then read such an input in a layout that suits the schedule:
+the scheduled function starts with a *layout rewrite block* (annotated
+``meta_schedule.layout_rewrite_preproc``) copying the input into the new layout, and the builder
+removes that block (``RemoveWeightLayoutRewriteBlock``, as MetaSchedule builds), so the built
+function **takes the input already rewritten** — weights are rewritten once, ahead of time, in a
+real deployment (Relax does it for a whole model).
+
+So whoever runs a built candidate must hand it that input rewritten the same way, and whoever is
+handed a schedule must know. :func:`layout_rewrites` reads each rewrite (which parameter, its new
+shape, the index map) from the scheduled function; :func:`rewrite_inputs` applies them to arrays.
+The builder stores them beside each artifact (:func:`save` / :func:`load`) so the runner can
+rewrite the reference inputs and check the answer against rewritten copies, and the API returns
+them with the schedule.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+#: The block annotation MetaSchedule's RewriteLayout puts on a layout rewrite block.
+PREPROC_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
+#: File beside a built artifact holding its rewrites (absent: the signature is the task's).
+ARTIFACT_FILE = "layout_rewrites.json"
+
+
+@dataclass(frozen=True)
+class LayoutRewrite:
+    """Parameter ``param`` of the function is read in layout ``index_map`` (TVMScript of a
+    ``T.index_map``: original indices -> new ones) with shape ``shape`` once built."""
+
+    param: int
+    shape: tuple[int, ...]
+    index_map: str
+    index_map_json: str  # tvm.ir.save_json of the IndexMap: what apply() loads
+
+    def to_json(self) -> dict:
+        return {"param": self.param, "shape": list(self.shape), "index_map": self.index_map,
+                "index_map_json": self.index_map_json}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "LayoutRewrite":
+        return cls(int(d["param"]), tuple(int(x) for x in d["shape"]), str(d["index_map"]), str(d["index_map_json"]))
+
+    def apply(self, array: Any) -> Any:
+        """``array`` (the parameter in its original layout, a numpy array) in the new layout."""
+        import numpy as np
+        import tvm
+
+        index_map = tvm.ir.load_json(self.index_map_json)
+        out = index_map.map_tensor(tvm.runtime.tensor(np.ascontiguousarray(array))).numpy()
+        if tuple(out.shape) != self.shape:
+            raise ValueError(f"layout rewrite of parameter {self.param}: got shape {tuple(out.shape)}, "
+                             f"expected {self.shape}")
+        return out
+
+
+def layout_rewrites(mod: Any) -> list[LayoutRewrite]:
+    """The layout rewrites a scheduled module's ``main`` performs on its parameters, by parameter
+    position ([] when it keeps every input's layout).
+
+    Each layout rewrite block must copy one parameter, element for element, into a buffer indexed
+    by functions of the block's iteration variables (what RewriteLayout writes); anything else is
+    a ``ValueError`` (a rewrite this module cannot carry out on the inputs)."""
+    import tvm
+    from tvm import tirx
+    from tvm.s_tir import Schedule
+
+    func = mod["main"] if hasattr(mod, "functions_items") else mod
+    params = list(func.params)
+    sch = Schedule(tvm.IRModule({"main": func}))
+    found: list[LayoutRewrite] = []
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(rv)
+        if PREPROC_ANNOTATION not in block.annotations:
+            continue
+        store, ivars = block.body, [iv.var for iv in block.iter_vars]
+        load = getattr(store, "value", None)
+        source = getattr(load, "source", None)
+        position = next((i for i, p in enumerate(params) if source is not None and p.same_as(source)), None)
+        if (not isinstance(store, tirx.BufferStore) or position is None
+                or len(load.indices) != len(ivars) or not all(a.same_as(v) for a, v in zip(load.indices, ivars))):
+            raise ValueError(f"layout rewrite block {block.name_hint!r} is not a copy of one parameter: "
+                             f"{block.body.script()[:200]}")
+        index_map = tirx.IndexMap(ivars, list(store.indices), None)
+        shape = tuple(int(s) for s in store.buffer.shape)
+        found.append(LayoutRewrite(position, shape, str(index_map.script() if hasattr(index_map, "script")
+                                                         else index_map), tvm.ir.save_json(index_map)))
+    return sorted(found, key=lambda r: r.param)
+
+
+def rewrite_inputs(rewrites: Sequence[LayoutRewrite], arrays: Sequence[Any]) -> list[Any]:
+    """``arrays`` (one per parameter, original layouts) with each rewritten parameter replaced by
+    its rewritten copy; the others are passed through unchanged."""
+    out = list(arrays)
+    for r in rewrites:
+        out[r.param] = r.apply(out[r.param])
+    return out
+
+
+def save(rewrites: Sequence[LayoutRewrite], artifact_dir: str) -> None:
+    """Store ``rewrites`` beside a built artifact (nothing when there are none)."""
+    if rewrites:
+        with open(os.path.join(artifact_dir, ARTIFACT_FILE), "w") as f:
+            json.dump([r.to_json() for r in rewrites], f)
+
+
+def load(artifact_path: str) -> list[LayoutRewrite]:
+    """The rewrites stored beside the artifact at ``artifact_path`` ([] when none)."""
+    path = os.path.join(os.path.dirname(artifact_path), ARTIFACT_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [LayoutRewrite.from_json(d) for d in json.load(f)]
+
+
+def without_layout_freedom(mod: Any) -> Any:
+    """``mod`` with no input marked layout-free: every schedule of it keeps the signature (the
+    way to ask for schedules whose inputs need no rewriting); ``mod`` itself when none is."""
+    import tvm
+
+    func = mod["main"]
+    if func.attrs is None or "layout_free_buffers" not in func.attrs:
+        return mod
+    return tvm.IRModule({"main": func.without_attr("layout_free_buffers")})

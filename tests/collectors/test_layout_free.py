@@ -1,0 +1,101 @@
+"""Layout-free inputs (TOPI's ``layout_free_placeholders``, a PrimFunc's ``layout_free_buffers``):
+a schedule may read such an input in another layout (MetaSchedule's ``RewriteLayout``), and the
+built function then takes the input in that layout. Measuring must hand it the reference input
+rewritten the same way, and check the answer against the rewritten copies: every such program
+failed with ``Mismatched w_global.ndim`` before (issue 22)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _task(kind: str):
+    import tvm
+    from tvm import te, topi
+
+    from collectors.tasks import Task
+    from collectors.tir import workload_key
+
+    if kind == "dense":
+        x, w = te.placeholder((16, 64), name="x"), te.placeholder((32, 64), name="w")
+        out = topi.nn.relu(topi.nn.dense(x, w))
+    elif kind == "batch_matmul":
+        x, w = te.placeholder((2, 16, 32), name="x"), te.placeholder((2, 24, 32), name="w")
+        out = topi.nn.batch_matmul(x, w)
+    else:
+        x, w = te.placeholder((1, 8, 8, 16), name="x"), te.placeholder((3, 3, 16, 16), name="w")
+        out = topi.nn.conv2d_nhwc(x, w, 1, 1, 1)
+    mod = tvm.IRModule({"main": te.create_prim_func([x, w, out])})
+    return Task(workload_key(mod), kind, mod, op_kind=kind)
+
+
+@pytest.fixture(params=["dense", "batch_matmul", "conv2d_nhwc"])
+def rewritten(request, cpu_hw):
+    """A task with a layout-free weight and the rules' schedule of it, which rewrites its layout."""
+    from collectors.layout import layout_rewrites
+    from collectors.rules import rule_schedule
+
+    task = _task(request.param)
+    assert "layout_free_buffers" in task.mod["main"].attrs
+    sch = rule_schedule(task, cpu_hw).schedule
+    rewrites = layout_rewrites(sch.mod)
+    assert [r.param for r in rewrites] == [1], f"{request.param}: the rules' schedule does not rewrite the weight"
+    return task, sch, rewrites
+
+
+def test_layout_free_schedules_are_measured_and_checked(rewritten, cpu_hw):
+    from collectors.tuner import measure_schedules
+
+    task, sch, _ = rewritten
+    records = []
+    measure_schedules(task, cpu_hw, [sch], tuner="test", on_records=records.extend)
+    assert len(records) == 1
+    assert records[0].error is None, records[0].error
+    assert records[0].latency_s > 0
+
+
+def test_a_rewrite_maps_the_input_as_the_scheduled_function_reads_it(rewritten):
+    """The rewrite's index map, applied to an input, gives the array the built function (its
+    rewrite block removed, as MetaSchedule builds) must be passed: the same answer as the
+    unscheduled function on the original input."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from collectors.correctness import param_specs
+    from collectors.layout import rewrite_inputs
+
+    task, sch, rewrites = rewritten
+    rng = np.random.default_rng(0)
+    specs = param_specs(task.mod)
+    inputs = [rng.standard_normal(shape).astype(dtype) for dtype, shape in specs]
+    expected = [a.copy() for a in inputs]
+    tvm.compile(task.mod, target="llvm")(*[tvm.runtime.tensor(a) for a in expected[:-1]],
+                                          out := tvm.runtime.tensor(np.zeros_like(inputs[-1])))
+    want = out.numpy()
+    built = tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod), target="llvm")
+    args = [tvm.runtime.tensor(a) for a in rewrite_inputs(rewrites, inputs)]
+    assert tuple(args[1].shape) == rewrites[0].shape != specs[1][1]
+    built(*args)
+    np.testing.assert_allclose(args[-1].numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_rewrite_travels_as_json(rewritten):
+    from collectors.layout import LayoutRewrite
+
+    _, _, rewrites = rewritten
+    again = [LayoutRewrite.from_json(r.to_json()) for r in rewrites]
+    assert [(r.param, r.shape, r.index_map) for r in again] == [(r.param, r.shape, r.index_map) for r in rewrites]
+    assert "lambda" in rewrites[0].index_map
+
+
+def test_a_function_without_layout_free_inputs_has_no_rewrites(cpu_hw):
+    import tvm
+
+    from collectors.layout import layout_rewrites
+    from collectors.rules import rule_schedule
+    from collectors.tasks import Task
+    from collectors.tir import workload_key
+
+    plain = tvm.IRModule({"main": _task("dense").mod["main"].without_attr("layout_free_buffers")})
+    sch = rule_schedule(Task(workload_key(plain), "dense", plain, op_kind="matmul"), cpu_hw).schedule
+    assert layout_rewrites(sch.mod) == []
