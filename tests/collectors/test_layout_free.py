@@ -99,3 +99,13 @@ def test_a_function_without_layout_free_inputs_has_no_rewrites(cpu_hw):
     plain = tvm.IRModule({"main": _task("dense").mod["main"].without_attr("layout_free_buffers")})
     sch = rule_schedule(Task(workload_key(plain), "dense", plain, op_kind="matmul"), cpu_hw).schedule
     assert layout_rewrites(sch.mod) == []
+
+
+def test_metaschedules_own_search_measures_a_layout_free_task(cpu_hw):
+    """The project's search on TOPI's dense: every candidate failed to run before."""
+    from collectors.tuner import TuneConfig, tune_task
+
+    records = []
+    tune_task(_task("dense"), cpu_hw, TuneConfig(trials=4, strategy="evolutionary", seed=3),
+              on_records=records.extend)
+    assert records and all(r.error is None for r in records), [r.error for r in records if r.error]
