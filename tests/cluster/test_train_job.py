@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory):
     return sentence_sets(tmp_path_factory.mktemp("train-job"))
-
-
-def _env() -> dict:
-    return {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
 
 
 def test_pretrain_on_two_workers_registers_a_loadable_model_and_finetunes_from_it(sets, tmp_path, capsys):
