@@ -34,12 +34,17 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
 
     if ray.is_initialized():
         return False
-    os.environ.setdefault("RAY_AUTH_MODE", AUTH_MODE)  # deliberate, and Ray's warning about the default is gone
     if address:
         ray.init(address=address, log_to_driver=True)
         _sigterm_interrupts()
         return True
     from cluster.resources import count_gpus, detect_node_hardware, node_resources
+
+    if os.environ.get("RAY_AUTH_MODE") is None:  # a Ray of our own: token authentication, deliberately
+        os.environ["RAY_AUTH_MODE"] = AUTH_MODE
+        from ray._raylet import Config
+
+        Config.initialize("")  # Ray reads the mode once, at import: refreshed as Ray's own default does
 
     hws = detect_node_hardware()
     gpus = count_gpus()
