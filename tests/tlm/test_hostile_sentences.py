@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.tlm.test_constrained import random_walk
+from tests.helpers.language import random_walk
 from tlm.language import EOS, LanguageError, apply_sentence
 from tlm.language.program import InvalidProgram
 from tlm.model.tokenizer import build_tokenizer
@@ -41,11 +41,8 @@ def _mutate(data, words: list[str]) -> list[str]:
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_a_mutated_sentence_is_a_program_or_a_language_error(tasks, cpu_hw, name, data):
-    from tlm.language.space import build_space
-
     task = tasks[name]
-    sketch_id = data.draw(st.integers(0, len(build_space(task, cpu_hw).sketches) - 1))
-    words = _mutate(data, random_walk(data, task, cpu_hw, sketch_id))
+    words = _mutate(data, random_walk(data, task, cpu_hw))
     try:
         program = apply_sentence(words if data.draw(st.booleans()) else " ".join(words), task, cpu_hw)
     except (LanguageError, InvalidProgram) as exc:
