@@ -107,6 +107,16 @@ def hostile_requests(valid: dict, n: int, seed: int = 0) -> list[tuple[str, str,
     return out[:n]
 
 
+def _summary(body: Any) -> str:
+    """A short description of a request body for a failure line."""
+    if isinstance(body, (bytes, bytearray)):
+        return f"{len(body)} raw bytes"
+    if not isinstance(body, dict):
+        return repr(body)[:80]
+    return "{" + ", ".join(f"{k}: {(repr(v)[:40] + '...') if len(repr(v)) > 40 else repr(v)}"
+                           for k, v in body.items()) + "}"
+
+
 def run_fuzz(url: str, valid: dict, n: int, timeout_s: float) -> dict:
     """Send the hostile requests; count statuses; a 5xx, a timeout or a 4xx without a message fails."""
     import httpx
@@ -124,7 +134,8 @@ def run_fuzz(url: str, valid: dict, n: int, timeout_s: float) -> dict:
                     r = c.request(method, path, json=body, headers=headers) if body is not None else c.request(method, path)
             except Exception as exc:  # noqa: BLE001 - a dropped connection or a timeout is a failure
                 by_status["no answer"] = by_status.get("no answer", 0) + 1
-                failures.append(f"{method} {path}: {type(exc).__name__}")
+                failures.append(f"{method} {path}: {type(exc).__name__} after {time.perf_counter() - t0:.1f} s "
+                                f"for {_summary(body)}")
                 continue
             slowest = max(slowest, time.perf_counter() - t0)
             by_status[str(r.status_code)] = by_status.get(str(r.status_code), 0) + 1
@@ -139,7 +150,7 @@ def run_fuzz(url: str, valid: dict, n: int, timeout_s: float) -> dict:
                     failures.append(f"{method} {path}: {r.status_code} without a message")
     server_errors = sum(v for k, v in by_status.items() if k.startswith("5") or k == "no answer")
     return {"requests": n, "by_status": dict(sorted(by_status.items())), "server_errors": server_errors,
-            "failures": failures[:20], "slowest_s": slowest}
+            "failures": failures[:40], "slowest_s": slowest}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,17 +210,15 @@ def run_load(url: str, body: dict, clients: int, seconds: float, kill_at_s: floa
 
 
 def kill_replica() -> float:
-    """``ray.kill`` the schedule server's replica actor (Serve starts another); the time it was killed."""
+    """``ray.kill`` the schedule server's replica actor (Serve starts another); the time it was killed.
+    Found by name in the GCS (the state API needs a dashboard, which ``tlm serve`` does not start)."""
     import ray
-    from ray.util.state import list_actors
 
-    replicas = [a for a in list_actors(filters=[("state", "=", "ALIVE")])
-                if "ScheduleServer" in (a.class_name or "") and "Replica" in (a.class_name or "")]
-    if not replicas:
+    names = [a for a in ray.util.list_named_actors(all_namespaces=True)
+             if "SERVE_REPLICA" in a["name"] and "ScheduleServer" in a["name"]]
+    if not names:
         raise RuntimeError("no ScheduleServer replica found to kill")
-    a = replicas[0]
-    handle = ray.get_actor(a.name, namespace=a.ray_namespace)
-    ray.kill(handle, no_restart=False)
+    ray.kill(ray.get_actor(names[0]["name"], namespace=names[0]["namespace"]), no_restart=False)
     return time.perf_counter()
 
 
@@ -219,7 +228,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faults", action=argparse.BooleanOptionalAction, default=True, help="run tests/faults")
     ap.add_argument("--fuzz", type=int, default=400, help="hostile requests to send")
-    ap.add_argument("--load-s", type=float, default=60.0, help="seconds of each load phase")
+    ap.add_argument("--load-s", type=float, default=60.0, help="seconds of each load phase (0: no load phase)")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--port", type=int, default=8124)
     ap.add_argument("--out", default=RESULTS)
@@ -244,13 +253,17 @@ def main() -> None:
         print(f"fuzz: {args.fuzz} hostile requests ...", flush=True)
         res["fuzz"] = run_fuzz(url, valid, args.fuzz, timeout_s=120)
         print(f"  {res['fuzz']['by_status']}; server errors {res['fuzz']['server_errors']}", flush=True)
-        print(f"load: {args.clients} clients x {args.load_s:.0f} s, then again with the replica killed ...", flush=True)
-        res["load"] = {"steady": run_load(url, valid, args.clients, args.load_s),
-                       "replica_killed": run_load(url, valid, args.clients, args.load_s, kill_at_s=args.load_s / 3)}
-        s, k = res["load"]["steady"], res["load"]["replica_killed"]
-        print(f"  steady {s['requests_per_s']:.1f} req/s p50 {s['p50_s'] * 1e3:.0f} ms p99 {s['p99_s'] * 1e3:.0f} ms "
-              f"errors {s['errors']}; killed: recovery {k.get('recovery_s')} s, errors outside "
-              f"{k.get('errors_outside_kill_window')}", flush=True)
+        for f in res["fuzz"]["failures"]:
+            print(f"  FAILED {f}", flush=True)
+        if args.load_s > 0:
+            print(f"load: {args.clients} clients x {args.load_s:.0f} s, then again with the replica killed ...",
+                  flush=True)
+            res["load"] = {"steady": run_load(url, valid, args.clients, args.load_s),
+                           "replica_killed": run_load(url, valid, args.clients, args.load_s, kill_at_s=args.load_s / 3)}
+            s, k = res["load"]["steady"], res["load"]["replica_killed"]
+            print(f"  steady {s['requests_per_s']:.1f} req/s p50 {s['p50_s'] * 1e3:.0f} ms p99 "
+                  f"{s['p99_s'] * 1e3:.0f} ms errors {s['errors']}; killed: recovery {k.get('recovery_s')} s, "
+                  f"errors outside {k.get('errors_outside_kill_window')}", flush=True)
     finally:
         stop()
     res["targets"] = targets(res)
