@@ -294,7 +294,10 @@ def report_md(res: dict) -> str:
              f"(3x3 runs, median, checked). Reference: `{ref}`. Greedy deterministic: {agg.get('deterministic_greedy')}"
              f"; cost-model ranking deterministic: {agg.get('deterministic_ranked', '-')}.", ""]
     ranking = (res.get("cost_model") or {}).get("held_out", {}).get("ranking")
-    if ranking:
+    if ranking and not ranking.get("workloads"):
+        lines += [f"Cost model (`{res['cost_model']['config']['hardware_key']}`): no held-out workload has records "
+                  "of this key, so its ranking of them is not scored.", ""]
+    elif ranking:
         lines += [f"Cost model (`{res['cost_model']['config']['hardware_key']}`, "
                   f"{res['cost_model']['summary']['records']} records of {res['cost_model']['summary']['workloads']} "
                   f"training workloads) on the held-out workloads' measured records ({ranking['workloads']} workloads, "

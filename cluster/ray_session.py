@@ -15,6 +15,12 @@ from cluster.resources import keys_in_resources, measure_resource
 
 log = logging.getLogger(__name__)
 
+#: Ray's own authentication for a Ray this project starts: every Ray client (driver, worker,
+#: CLI, dashboard) must present the cluster's token (``~/.ray/auth_token``, made by Ray when
+#: absent). Without it anyone who can reach a Ray port can run code on every node. Set
+#: ``RAY_AUTH_MODE=disabled`` to opt out (the tests do, for speed and isolation).
+AUTH_MODE = "token"
+
 
 def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
     """Join the Ray cluster at ``address``, or start a local one advertising this machine.
@@ -22,6 +28,8 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
     Returns whether this call started Ray (then the caller shuts it down). Only ``cluster/``
     imports Ray (tests/test_layers.py).
     """
+    import os
+
     import ray
 
     if ray.is_initialized():
@@ -31,6 +39,12 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
         _sigterm_interrupts()
         return True
     from cluster.resources import count_gpus, detect_node_hardware, node_resources
+
+    if os.environ.get("RAY_AUTH_MODE") is None:  # a Ray of our own: token authentication, deliberately
+        os.environ["RAY_AUTH_MODE"] = AUTH_MODE
+        from ray._raylet import Config
+
+        Config.initialize("")  # Ray reads the mode once, at import: refreshed as Ray's own default does
 
     hws = detect_node_hardware()
     gpus = count_gpus()

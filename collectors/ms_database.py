@@ -165,14 +165,26 @@ def _import_workloads(corpus: "Corpus", wl_path: Path, report: ImportReport) -> 
 
 def _record_of(line: str, where: str, keys: list[str], hardware_key: str | None, provenance: dict) -> Record:
     """The corpus record of one ``database_tuning_record.json`` line (``where`` names the line in
-    errors): a failed measurement (MetaSchedule's 1e10 s, or none) is an error, never a latency."""
+    errors): a failed measurement (MetaSchedule's 1e10 s, or none) is an error, never a latency.
+    Anything that is not a tuning record of a known workload (bad JSON, a field of the wrong
+    type, a workload index out of range, an instruction TVM does not know) is a ``CorpusError``
+    naming the line: a file from elsewhere is input, not trusted."""
     import tvm
 
     try:
         index, (trace, run_secs, target, args_info) = json.loads(line)
-        key = keys[index]
     except Exception as exc:  # noqa: BLE001
         raise CorpusError(f"{where}: not a MetaSchedule tuning record: {exc}") from exc
+    if type(index) is not int or not 0 <= index < len(keys):
+        raise CorpusError(f"{where}: workload index {index!r} names none of the {len(keys)} workloads")
+    key = keys[index]
+    why = _trace_problem(trace) or _secs_problem(run_secs)
+    if why is None and not isinstance(target, (dict, type(None))):
+        why = f"target is a {type(target).__name__}, not an object"
+    if why is None and not isinstance(args_info, (list, type(None))):
+        why = f"args_info is a {type(args_info).__name__}, not a list"
+    if why:
+        raise CorpusError(f"{where}: not a MetaSchedule tuning record: {why}")
     target = target or {}
     hw = hardware_key or key_of_target(target)
     if hw is None:
@@ -189,6 +201,32 @@ def _record_of(line: str, where: str, keys: list[str], hardware_key: str | None,
         tvm_version=tvm.__version__, args_info_json=json.dumps(args_info) if args_info is not None else None,
         **provenance,
     )
+
+
+def _trace_problem(trace: Any) -> str | None:
+    """Why ``trace`` is not a MetaSchedule trace's JSON (``[[instruction, ...], [decision, ...]]``,
+    each instruction ``[kind, inputs, attrs, outputs]`` of a kind TVM registers), or None."""
+    from tvm.s_tir.schedule import InstructionKind
+
+    if not isinstance(trace, list) or not 1 <= len(trace) <= 2 or not all(isinstance(x, list) for x in trace):
+        return "trace is not [instructions, decisions]"
+    for inst in trace[0]:
+        if not isinstance(inst, list) or not inst or not isinstance(inst[0], str):
+            return f"trace instruction {str(inst)[:60]} is not [kind, inputs, attrs, outputs]"
+        try:
+            InstructionKind.get(inst[0])
+        except Exception:  # noqa: BLE001 - TVM raises AttributeError for an unregistered kind
+            return f"trace names instruction {inst[0][:60]!r}, which TVM does not know"
+    return None
+
+
+def _secs_problem(run_secs: Any) -> str | None:
+    """Why ``run_secs`` is not a list of numbers (or null), or None."""
+    if run_secs is None:
+        return None
+    if not isinstance(run_secs, list) or not all(type(x) in (int, float) for x in run_secs):
+        return f"run_secs {str(run_secs)[:60]} is not a list of numbers"
+    return None
 
 
 def export_ms(

@@ -24,6 +24,9 @@ from collectors.pools import PoolRegistry
 
 logger = logging.getLogger(__name__)
 
+#: Candidates a runner worker measures before it is replaced: bounds its memory (a worker that had
+#: measured ~1,500 candidates of heavy matmuls held 7.6 GB), at the cost of reloading a reference.
+MAX_USES = 256
 #: References kept in a runner worker (one per task being tuned; weights can be large).
 _REFERENCES_KEPT = 2
 _REFERENCES: "OrderedDict[str, Any]" = OrderedDict()
@@ -72,7 +75,7 @@ def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path
 def _start_worker(timeout_s: float, initializer: Callable[[], None] | None) -> Any:
     from tvm.support.popen_pool import PopenPoolExecutor
 
-    return PopenPoolExecutor(max_workers=1, timeout=timeout_s, initializer=initializer)
+    return PopenPoolExecutor(max_workers=1, timeout=timeout_s, initializer=initializer, maximum_process_uses=MAX_USES)
 
 
 #: The one measurement worker per (timeout, initializer) in this process.

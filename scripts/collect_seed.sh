@@ -20,7 +20,7 @@ REPLAY_TRIALS=${REPLAY_TRIALS:-128}
 STRATEGIES=${STRATEGIES:-"evolutionary replay-trace"}
 LOGS=work/seed-logs
 mkdir -p "$LOGS" "$CORPUS"
-export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+export RAY_USAGE_STATS_ENABLED=0  # Ray token authentication: cluster.ray_session.AUTH_MODE
 status=0
 for strategy in $STRATEGIES; do
   trials=$EVO_TRIALS

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-work/gpu}; TASKS=${TASKS:-3}; TRIALS=${TRIALS:-32}; K=${K:-8}; JUDGED=${JUDGED:-2}; STEPS=${STEPS:-60}
-export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+export RAY_USAGE_STATS_ENABLED=0  # Ray token authentication: cluster.ray_session.AUTH_MODE
 T=.venv/bin/tlm; PY=.venv/bin/python; C=$OUT/corpus
 KEY=$($PY -c "from collectors.hardware import detect_hardware; print(detect_hardware('cuda').key)")
 echo "== $(date -u +%T) $KEY: collect $TASKS ResNet-50 tasks x $TRIALS trials"

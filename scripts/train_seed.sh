@@ -23,7 +23,7 @@ WORKERS=${WORKERS:-2}
 KEY=${1:-$(.venv/bin/tlm corpus stats --corpus $CORPUS --json | .venv/bin/python -c 'import json,sys; print(*json.load(sys.stdin)["by_hardware"])')}
 PRE=tlm-small-pretrain
 FT=tlm-small-${KEY#cpu-}
-export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+export RAY_USAGE_STATS_ENABLED=0  # Ray token authentication: cluster.ray_session.AUTH_MODE
 mkdir -p work
 if [[ ! -f $SETS/finetune.parquet ]]; then
   .venv/bin/tlm dataset build --corpus $CORPUS --out $SETS --per-sketch "$PER_SKETCH" --top-k 4 \

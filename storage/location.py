@@ -112,9 +112,15 @@ class Location:
         return safe_uri(self.root) if isinstance(self.root, str) else str(self.root)
 
     def path(self, rel: str = "") -> str:
-        """The path inside ``fs`` of ``rel`` ('/'-separated, relative to the root)."""
+        """The path inside ``fs`` of ``rel`` ('/'-separated, relative to the root).
+
+        A ``rel`` that would leave the root (absolute, a ``..`` segment, a backslash or NUL) is a
+        ``CorpusError``: paths come from an index, which may be foreign (``tlm corpus merge``) or
+        tampered with, and the corpus reads, moves and deletes what they name."""
         if not rel:
             return self.base
+        if rel.startswith("/") or "\\" in rel or "\0" in rel or ".." in rel.split("/"):
+            raise CorpusError(f"part path {rel!r} leaves the corpus root; refused")
         return f"{self.base.rstrip('/')}/{rel}" if self.base else rel
 
     def _info(self, rel: str) -> pafs.FileInfo:
@@ -164,7 +170,7 @@ class Location:
     def make_dir(self, rel: str) -> None:
         """Create the directory ``rel`` (and parents); a no-op where it exists."""
         if self.local:
-            (self.root / rel).mkdir(parents=True, exist_ok=True)
+            Path(self.path(rel)).mkdir(parents=True, exist_ok=True)
         else:
             self.fs.create_dir(self.path(rel), recursive=True)
 
@@ -178,6 +184,6 @@ class Location:
     def move(self, src: str, dest: str) -> None:
         """Move file ``src`` to ``dest`` (both relative): a rename locally, copy + delete on object stores."""
         if self.local:
-            shutil.move(str(self.root / src), str(self.root / dest))
+            shutil.move(self.path(src), self.path(dest))
         else:
             self.fs.move(self.path(src), self.path(dest))

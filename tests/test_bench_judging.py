@@ -40,3 +40,17 @@ def test_a_model_is_refused_on_tasks_of_a_model_it_was_trained_on():
         check_unseen("m", {"held_out_models": ["bert_base"]}, [task])
     with pytest.raises(ValueError, match="none recorded"):
         check_unseen("m", {}, [task])
+
+
+def test_the_quality_report_renders_when_the_cost_model_has_no_held_out_records():
+    """A key whose corpus holds no held-out workloads (a new key's slice) gives the cost model's
+    held-out ranking no records: its figures are None, and the report said so by crashing."""
+    from bench.quality import report_md
+
+    res = {"hardware": "cpu-a-2c", "model_id": "m", "held_out_models": ["mobilenetv2"], "trials": 256,
+           "cost_model": {"config": {"hardware_key": "cpu-a-2c"}, "summary": {"records": 10, "workloads": 2},
+                          "held_out": {"ranking": {"workloads": 0, "records": 0, "spearman_mean": None,
+                                                   "top1_geomean": None, "top5_geomean": None, "random_geomean": None}}},
+           "aggregate": {"reference": "ms_256", "targets": []}, "tasks": []}
+    md = report_md(res)
+    assert "# Schedule quality on cpu-a-2c" in md and "no held-out workload" in md

@@ -66,7 +66,6 @@ def start(*, host: str = "127.0.0.1", port: int = 8000, corpus: str | None = Non
     from cluster.serve import build_app
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     connect(None)  # a local Ray's workers inherit this environment, TLM_SERVE_TOKEN included
     serve.start(http_options={"host": host, "port": port})
     app = build_app({"corpus": os.path.abspath(corpus) if corpus and "://" not in corpus else corpus,

@@ -92,3 +92,22 @@ def lowered_shared_bytes(mod, target) -> int:
     return sum(math.prod(int(e) for e in s.buffer.shape) * tvm.DataType(s.buffer.dtype).bits // 8
                for s in statements(lowered["main"].body)
                if type(s).__name__.startswith("Alloc") and s.buffer.scope().startswith("shared"))
+
+
+def random_walk(data, task, hw, sketch_id=None):
+    """A random legal sentence of ``task`` (of sketch ``sketch_id``, else a drawn one)."""
+    from hypothesis import strategies as st
+
+    from tlm.language import EOS, legal_next_tokens, prompt_tokens
+    from tlm.language.space import build_space
+
+    space = build_space(task, hw)
+    if sketch_id is None:
+        sketch_id = data.draw(st.integers(0, len(space.sketches) - 1))
+    words = prompt_tokens(space, space.sketches[sketch_id])
+    while words[-1] != EOS:
+        legal = legal_next_tokens(words, task, hw)
+        assert legal, f"dead end after {words[-6:]}"
+        words.append(data.draw(st.sampled_from(sorted(legal))))
+        assert len(words) < 2000
+    return words

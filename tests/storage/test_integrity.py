@@ -217,3 +217,21 @@ def test_orphan_partly_duplicate_is_rewritten(tmp_path, corpus_root):
     assert not (d / old).exists() and (d / "quarantine" / old.replace("/", "__")).exists()
     assert check_consistent(c) == 35 and c.verify().ok
     assert c.scan({"record_id": c.scan()["record_id"].to_pylist()}).num_rows == 35
+
+
+@pytest.mark.parametrize("escape", ["../outside.parquet", "hardware=x/../../outside.parquet", "/tmp/outside.parquet"])
+def test_an_index_row_whose_part_path_leaves_the_root_is_refused(corpus, escape):
+    """A tampered (or foreign, via ``tlm corpus merge``) index cannot make the corpus read, move or
+    delete a file outside its root: the path is refused by name."""
+    import sqlalchemy as sa
+
+    from storage import CorpusError
+    from storage import index as ix
+
+    corpus.append(make_records(5))
+    with corpus.engine.begin() as conn:
+        conn.execute(sa.update(ix.parts).values(path=escape))
+    with pytest.raises(CorpusError, match="leaves the corpus root"):
+        corpus.scan()
+    with pytest.raises(CorpusError, match="leaves the corpus root"):
+        corpus.verify()

@@ -138,7 +138,7 @@ def test_a_layout_free_input_is_measured_and_its_rewrite_reported_or_kept(lm, cp
     wanted the weight rewritten). Now each is measured and says which inputs it rewrites and how;
     ``keep_layout`` asks for schedules that rewrite none."""
     model, tok = lm
-    req = ScheduleRequest(tvmscript=_dense_tvmscript(), hardware=cpu_hw.key, k=4, measure=True,
+    req = ScheduleRequest(tvmscript=_dense_tvmscript(), hardware=cpu_hw.key, k=3, measure=True,
                           keep_layout=keep_layout)
     r = schedule(req, task_of_request(req, None), cpu_hw, model, tok, "tiny-random")
     # a random model's program may be too big to build in time (a build error, as data, on a busy

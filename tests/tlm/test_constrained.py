@@ -5,8 +5,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tlm.language import InvalidProgram, apply_sentence
-from tlm.language import EOS, legal_next_tokens, prompt_tokens
+from tlm.language import legal_next_tokens, prompt_tokens
 from tlm.language.space import build_space
+from tests.helpers.language import random_walk
 
 
 _REFS: dict = {}
@@ -20,17 +21,6 @@ def reference(task):
     return _REFS[task.workload_key]
 
 
-def random_walk(data, task, hw, sketch_id):
-    space = build_space(task, hw)
-    words = prompt_tokens(space, space.sketches[sketch_id])
-    while words[-1] != EOS:
-        legal = legal_next_tokens(words, task, hw)
-        assert legal, f"dead end after {words[-6:]}"
-        words.append(data.draw(st.sampled_from(sorted(legal))))
-        assert len(words) < 2000
-    return words
-
-
 @pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d"])
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
@@ -38,9 +28,7 @@ def test_random_legal_walks_build_and_compute_the_right_answer(tasks, cpu_hw, na
     from collectors.correctness import check_schedule
 
     task = tasks[name]
-    n = len(build_space(task, cpu_hw).sketches)
-    sketch_id = data.draw(st.integers(0, n - 1))
-    words = random_walk(data, task, cpu_hw, sketch_id)
+    words = random_walk(data, task, cpu_hw)
     program = apply_sentence(words, task, cpu_hw)  # raises if TVM repaired anything
     assert check_schedule(program.schedule, reference(task), cpu_hw.target) is None
 
