@@ -128,10 +128,11 @@ def run_fuzz(url: str, valid: dict, n: int, timeout_s: float) -> dict:
         for method, path, body, headers in hostile_requests(valid, n):
             t0 = time.perf_counter()
             try:
-                if isinstance(body, (bytes, bytearray)):
-                    r = c.request(method, path, content=body, headers=headers)
-                else:
-                    r = c.request(method, path, json=body, headers=headers) if body is not None else c.request(method, path)
+                if body is None:
+                    r = c.request(method, path)
+                else:  # JSON as Python writes it: non-finite numbers go out as Infinity / NaN, as hostile clients send
+                    raw = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
+                    r = c.request(method, path, content=raw, headers={"content-type": "application/json", **headers})
             except Exception as exc:  # noqa: BLE001 - a dropped connection or a timeout is a failure
                 by_status["no answer"] = by_status.get("no answer", 0) + 1
                 failures.append(f"{method} {path}: {type(exc).__name__} after {time.perf_counter() - t0:.1f} s "
