@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from ray import serve
 
@@ -85,6 +86,15 @@ class _Loaded:
 
 def _http_error(exc: ApiError) -> JSONResponse:
     return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+
+@app.exception_handler(RequestValidationError)
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming each problem. FastAPI's own handler echoes the offending input, and a body holding
+    ``Infinity`` or ``NaN`` (Python's json writes and reads them) made that echo unserialisable: a 500.
+    Inputs and contexts are echoed as their (shortened) repr instead."""
+    detail = [{k: (repr(v)[:200] if k in ("input", "ctx") else v) for k, v in e.items()} for e in exc.errors()]
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 1})

@@ -7,6 +7,7 @@ as unavailable while the server goes on serving.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -171,6 +172,11 @@ def test_tlm_serve_over_http_on_loopback(models_root, host_key, tmp_path):
         assert r.status_code == 422 and "colour" in r.text
         r = c.post("/v1/schedules", json={**body, "k": 65}, headers=auth)
         assert r.status_code == 422 and "k" in r.text
+        # non-finite numbers (Python's json writes them; a 500 before: the 422's echo of the input was not JSON)
+        for bad in ('{"k": Infinity}', '{"k": NaN}', '{"rank": -Infinity}', '{"hardware": Infinity}'):
+            raw = json.dumps(body)[:-1] + ", " + bad[1:]
+            r = c.post("/v1/schedules", content=raw.encode(), headers={**auth, "content-type": "application/json"})
+            assert r.status_code == 422 and bad[2:].split('"')[0] in r.text, (bad, r.status_code, r.text[:300])
         r = c.post("/v1/schedules", content=b" " * (2 << 20), headers={**auth, "content-type": "application/json"})
         assert r.status_code == 413 and "over the limit" in r.text
         r = c.post("/v1/schedules", json={**body, "tvmscript": "import os"}, headers=auth)
