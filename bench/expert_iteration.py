@@ -34,7 +34,8 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results", "expert_iteration.json")
 STOP_GAIN = 0.02
-FIGURES = ("tlm_top1", "tlm_ranked_top1", "tlm_best_of_10", "tlm_ranked_best_of_10", "tlm_best_of_32", "rules", "ms_64")
+FIGURES = ("tlm_top1", "tlm_ranked_top1", "tlm_best_of_10", "tlm_ranked_best_of_10", "tlm_best_of_32",
+           "tlm_ranked_best_of_32", "rules", "ms_64")
 
 
 def round_row(path: str) -> dict:
@@ -68,7 +69,16 @@ def adapt_rounds(log: str) -> list[dict]:
     return out
 
 
-def summarize(paths: list[str], log: str | None) -> dict:
+def _gain(r: dict, prev: dict) -> None:
+    """``r``'s gain over ``prev`` in the served top-1: ranked by the cost model where both rank."""
+    m = "tlm_ranked_top1" if prev.get("tlm_ranked_top1") and r.get("tlm_ranked_top1") else "tlm_top1"
+    if prev.get(m) and r.get(m):
+        r["gain_top1"], r["gain_of"] = r[m] / prev[m] - 1, m
+
+
+def summarize(paths: list[str], log: str | None, variants: list[tuple[str, str]] = ()) -> dict:
+    """The rounds in order (each judged against the one before), then ``variants``: (label, path)
+    of other recipes for round 1, judged against round 0."""
     rows = [round_row(p) for p in paths]
     adapts = adapt_rounds(log) if log else []
     by_model = {a["model_id"]: a for a in adapts}
@@ -80,12 +90,16 @@ def summarize(paths: list[str], log: str | None) -> dict:
             r["adapt"] = a
             if a["finetune_s"] is not None and a["wall_s"] > a["finetune_s"]:
                 a["measure_records_per_s"] = a["records"] / (a["wall_s"] - a["finetune_s"])
-        if prev is not None:  # the served top-1: ranked by the cost model where both rounds have one
-            m = "tlm_ranked_top1" if prev.get("tlm_ranked_top1") and r.get("tlm_ranked_top1") else "tlm_top1"
-            if prev.get(m) and r.get(m):
-                r["gain_top1"], r["gain_of"] = r[m] / prev[m] - 1, m
+        if prev is not None:
+            _gain(r, prev)
         prev = r
     stop = next((r["round"] for r in rows if r.get("gain_top1") is not None and r["gain_top1"] < STOP_GAIN), None)
+    for label, path in variants:
+        v = round_row(path)
+        v["round"] = f"1 ({label})"
+        if rows:
+            _gain(v, rows[0])
+        rows.append(v)
     return {"what": "expert iteration rounds judged on the 8 heaviest held-out tasks; speeds are geomean vs "
                     "MetaSchedule@256, re-measured in each round's own run", "rounds": rows,
             "stopped_at_round": stop,
@@ -96,9 +110,9 @@ def markdown(res: dict) -> str:
     rows = res["rounds"]
     key = rows[0]["hardware"] if rows else ""
     lines = [f"# Expert iteration on {key}", "", res["what"] + ".", "",
-             "| round | model | top-1 | ranked top-1 | best-of-10 | ranked best-of-10 | best-of-32 | rules | MS@64 | "
-             "gain (top-1) | new records | records/s measuring |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| round | model | top-1 | ranked top-1 | best-of-10 | ranked best-of-10 | best-of-32 | ranked best-of-32 | "
+             "rules | MS@64 | gain (served top-1) | new records | records/s measuring |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(v: Any) -> str:
         return "-" if v is None else f"{v:.2f}"
@@ -108,6 +122,7 @@ def markdown(res: dict) -> str:
         gain = r.get("gain_top1")
         lines.append(f"| {r['round']} | {r['model_id']} | {f(r.get('tlm_top1'))} | {f(r.get('tlm_ranked_top1'))} | "
                      f"{f(r.get('tlm_best_of_10'))} | {f(r.get('tlm_ranked_best_of_10'))} | {f(r.get('tlm_best_of_32'))} | "
+                     f"{f(r.get('tlm_ranked_best_of_32'))} | "
                      f"{f(r.get('rules'))} | {f(r.get('ms_64'))} | {'-' if gain is None else f'{gain:+.0%}'} | "
                      f"{a.get('records', '-')} | {f(a.get('measure_records_per_s'))} |")
     stop = res["stopped_at_round"]
@@ -119,10 +134,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rounds", nargs="+", help="bench.quality JSON of round 0, 1, ... in order")
     ap.add_argument("--adapt-log", default=None, help="the chain's log (tlm adapt's output)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=JSON",
+                    help="another recipe for round 1, judged against round 0 (repeatable)")
     ap.add_argument("--note", default=None, help="a paragraph for the Markdown: what limits the figures")
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
-    res = summarize(args.rounds, args.adapt_log)
+    res = summarize(args.rounds, args.adapt_log, [tuple(v.split("=", 1)) for v in args.variant])
     if args.note:
         res["note"] = args.note
     with open(args.out, "w") as fh:
