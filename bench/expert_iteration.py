@@ -16,8 +16,17 @@ run ~10 min):
     tlm adapt --base M0 --measurements 1000 --corpus work/ei/corpus --out work/ei/models --name ei-1
     python -m bench.quality --model work/ei/models/ei-1 --tasks 8 --trials 256 --seeded 0 --no-outside \\
         --out work/ei/q1.json                  # ... and so on, ei-2 from ei-1
+    # the variant: round 0 fine-tuned on every key's records plus the loop's, round 1's cost model
+    tlm dataset build --corpus work/ei/corpus --out work/ei/sets-all --per-sketch 0 --top-k 4
+    tlm train --stage finetune --base M0 --workers 1 --epochs 2 --out work/ei/models --no-register \\
+        --hardware cpu-rocketlake-2c,cpu-znver3-2c,cpu-znver4-2c --dataset work/ei/sets-all --name ei-1-allkeys
+    cp work/ei/models/ei-1/cost_model.* work/ei/models/ei-1-allkeys/
     python -m bench.expert_iteration work/ei/q0.json work/ei/q1.json ... \\
+        --variant "fine-tuned on every key's records=work/ei/q1-allkeys.json" \\
         --adapt-log work/ei/ei.log --out bench/results/expert_iteration.json
+
+The committed run: ``M0`` = ``tlm-small-cpu-all`` (``bench/hardware.py`` has its commands), on
+cpu-znver4-2c; each round's result is in ``bench/results/expert_iteration_rounds/``.
 
 Writes the per-round table (JSON and Markdown). ``--adapt-log`` is the chain's log, read for each
 round's measured records and wall times (the data-supply rate: records/s of the loop's
