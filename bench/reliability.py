@@ -232,8 +232,16 @@ def main() -> None:
     ap.add_argument("--load-s", type=float, default=60.0, help="seconds of each load phase (0: no load phase)")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--port", type=int, default=8124)
+    ap.add_argument("--faults-into", metavar="JSON", default=None,
+                    help="run the fault suite alone and replace the faults of this results file (its other phases kept)")
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
+    if args.faults_into:
+        res = json.load(open(args.faults_into))
+        res["faults"] = run_faults()
+        res["targets"] = targets(res)
+        write(res, args.faults_into)
+        return
 
     from cluster.cli.serve import start, stop
     from collectors.hardware import detect_hardware
@@ -268,12 +276,17 @@ def main() -> None:
     finally:
         stop()
     res["targets"] = targets(res)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
+    write(res, args.out)
+
+
+def write(res: dict, out: str) -> None:
+    """The results as JSON at ``out`` and Markdown beside it."""
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(res, f, indent=2)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write(markdown(res))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
 
 
 def targets(res: dict) -> list[dict]:
@@ -302,7 +315,7 @@ def targets(res: dict) -> list[dict]:
 
 
 def markdown(res: dict) -> str:
-    lines = [f"# Reliability: {res['machine'].get('cpu', '')} ({res['machine'].get('host_key', '')})", ""]
+    lines = [f"# Reliability: {res['machine'].get('hardware', '')} ({res['machine'].get('hardware_key', '')})", ""]
     faults = res.get("faults")
     if faults:
         lines += ["## Faults (tests/faults)", "", "| fault | where | outcome | lost | duplicated |", "|---|---|---|---:|---:|"]

@@ -98,7 +98,8 @@ def test_sigkill_inside_the_index_transaction(tmp_path, fault_row):
     assert corpus.stats()["records"] == 200  # the killed append's complete part, registered by reindex
     assert (lost, dup) == (0, 0)
     fault_row("SIGKILL", "inside the index transaction (after the first records INSERT)",
-              "the transaction rolled back (100 visible, not 150); reindex registered the complete part: 200",
+              "the transaction rolled back: only the first append's 100 records visible; reindex registered "
+              "the killed append's complete part (200)",
               lost, dup)
 
 
