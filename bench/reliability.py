@@ -187,7 +187,10 @@ def run_load(url: str, body: dict, clients: int, seconds: float, kill_at_s: floa
     killed_at = None
     if kill_at_s is not None:
         time.sleep(kill_at_s)
-        killed_at = kill_replica() - t_start
+        from cluster.cli.serve import kill_replica
+
+        kill_replica()
+        killed_at = time.perf_counter() - t_start
     for th in threads:
         th.join()
     wall = time.perf_counter() - t_start
@@ -208,19 +211,6 @@ def run_load(url: str, body: dict, clients: int, seconds: float, kill_at_s: floa
         out["errors_outside_kill_window"] = sum(
             1 for sent, lat, ok in events if not ok and not (killed_at - lat <= sent <= window_end))
     return out
-
-
-def kill_replica() -> float:
-    """``ray.kill`` the schedule server's replica actor (Serve starts another); the time it was killed.
-    Found by name in the GCS (the state API needs a dashboard, which ``tlm serve`` does not start)."""
-    import ray
-
-    names = [a for a in ray.util.list_named_actors(all_namespaces=True)
-             if "SERVE_REPLICA" in a["name"] and "ScheduleServer" in a["name"]]
-    if not names:
-        raise RuntimeError("no ScheduleServer replica found to kill")
-    ray.kill(ray.get_actor(names[0]["name"], namespace=names[0]["namespace"]), no_restart=False)
-    return time.perf_counter()
 
 
 # ---------------------------------------------------------------------------------------------

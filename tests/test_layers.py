@@ -30,9 +30,11 @@ ALLOWED = {
 #: zoo's list of held-out models, the hardware key's cost model (the generator ranks with it),
 #: and collectors.tuner: the generator and the closed loop measure generated schedules exactly
 #: as a search's candidates are measured, and the model-seeded search (tlm/service/seeded.py)
-#: hands its measured candidates to MetaSchedule's search (tlm never runs a search of its own).
+#: hands its measured candidates to MetaSchedule's search (tlm never runs a search of its own);
+#: collectors.layout: the API tells a deployer which inputs a schedule reads in another layout.
 TLM_FROM_COLLECTORS = {"collectors.hardware", "collectors.tasks", "collectors.sketches", "collectors.tir",
-                       "collectors.tuner", "collectors.zoo", "collectors.cost_model"}
+                       "collectors.tuner", "collectors.zoo", "collectors.cost_model",
+                       "collectors.layout"}
 #: tlm's rooms, lowest first: a room may import the rooms below it, never one above.
 TLM_ROOMS = ("tlm.language", "tlm.model", "tlm.service")
 #: What the language must run without (it is TVM only).

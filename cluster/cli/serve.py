@@ -86,3 +86,16 @@ def stop() -> None:
         serve.shutdown()
     finally:
         ray.shutdown()
+
+
+def kill_replica() -> None:
+    """``ray.kill`` one replica of the schedule server (Serve starts another): the fault of
+    ``bench/reliability.py``'s load phase. Found by name in the GCS (the state API needs a
+    dashboard, which ``start`` does not run)."""
+    import ray
+
+    names = [a for a in ray.util.list_named_actors(all_namespaces=True)
+             if "SERVE_REPLICA" in a["name"] and "ScheduleServer" in a["name"]]
+    if not names:
+        raise RuntimeError("no ScheduleServer replica found to kill")
+    ray.kill(ray.get_actor(names[0]["name"], namespace=names[0]["namespace"]), no_restart=False)
