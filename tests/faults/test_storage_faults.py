@@ -2,12 +2,10 @@
 inside the index transaction, and two collections writing one corpus at once."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
