@@ -23,6 +23,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+#: The PrimFunc attribute marking its layout-free inputs (without it RewriteLayout rewrites nothing).
+LAYOUT_FREE_ATTR = "layout_free_buffers"
 #: The block annotation MetaSchedule's RewriteLayout puts on a layout rewrite block.
 PREPROC_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
 #: File beside a built artifact holding its rewrites (absent: the signature is the task's).
@@ -72,6 +74,8 @@ def layout_rewrites(mod: Any) -> list[LayoutRewrite]:
     from tvm.s_tir import Schedule
 
     func = mod["main"] if hasattr(mod, "functions_items") else mod
+    if not _marks_layout_free(func):  # the common case, on every build and answer: no schedule to walk
+        return []
     params = list(func.params)
     sch = Schedule(tvm.IRModule({"main": func}))
     found: list[LayoutRewrite] = []
@@ -89,8 +93,7 @@ def layout_rewrites(mod: Any) -> list[LayoutRewrite]:
                              f"{block.body.script()[:200]}")
         index_map = tirx.IndexMap(ivars, list(store.indices), None)
         shape = tuple(int(s) for s in store.buffer.shape)
-        found.append(LayoutRewrite(position, shape, str(index_map.script() if hasattr(index_map, "script")
-                                                         else index_map), tvm.ir.save_json(index_map)))
+        found.append(LayoutRewrite(position, shape, str(index_map), tvm.ir.save_json(index_map)))
     return sorted(found, key=lambda r: r.param)
 
 
@@ -125,6 +128,11 @@ def without_layout_freedom(mod: Any) -> Any:
     import tvm
 
     func = mod["main"]
-    if func.attrs is None or "layout_free_buffers" not in func.attrs:
+    if not _marks_layout_free(func):
         return mod
-    return tvm.IRModule({"main": func.without_attr("layout_free_buffers")})
+    return tvm.IRModule({"main": func.without_attr(LAYOUT_FREE_ATTR)})
+
+
+def _marks_layout_free(func: Any) -> bool:
+    """Whether the PrimFunc marks any input layout-free."""
+    return func.attrs is not None and LAYOUT_FREE_ATTR in func.attrs
