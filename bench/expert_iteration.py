@@ -40,6 +40,8 @@ import os
 import re
 from typing import Any
 
+from bench._common import shipped_path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results", "expert_iteration.json")
 STOP_GAIN = 0.02
@@ -51,7 +53,7 @@ def round_row(path: str) -> dict:
     """One judged round: the model and each method's geomean speed vs MetaSchedule@256."""
     q = json.load(open(path))
     agg = q["aggregate"]
-    row: dict[str, Any] = {"file": os.path.relpath(path, ROOT), "model_id": q["model_id"], "hardware": q["hardware"],
+    row: dict[str, Any] = {"file": shipped_path(path), "model_id": q["model_id"], "hardware": q["hardware"],
                            "reference": agg["reference"], "tasks": len(q["tasks"])}
     for m in FIGURES:
         if m in agg["methods"]:
