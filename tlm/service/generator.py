@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 
 from collectors.hardware import Hardware
 from collectors.tasks import Task
-from tlm.language import EOS, PAD, apply_sentence, build_space, live_sketches, prompt_tokens
+from tlm.language import EOS, PAD, apply_sentence, build_space, legal_next_tokens, live_sketches, prompt_tokens
 from tlm.service.constrained import make_logits_processor
 
 MAX_K = 64  # candidates one call may ask for
@@ -187,15 +187,22 @@ def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, p
     :func:`generate` ranks and proves these; the serving benchmark times this step alone."""
     import torch
 
+    from tlm.model.cached_forward import supports
+    from tlm.service.decoding import decode_constrained
+
     batch = tokenizer([" ".join(p) for p in prompts], return_tensors="pt", padding=True)
     width = batch["input_ids"].shape[1]
     copies = k  # rows per prompt: 1 (greedy), k beams or k samples; row r belongs to prompt r // copies
     beams = 1 if sample else k
-    proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(copies)], width)
     room = model.config.n_positions - width
     if room < 2:
         raise ValueError(f"the prompt of {task.task_name} has {width} tokens; the model reads at most "
                          f"{model.config.n_positions}")
+    if beams == 1 and supports(model):  # the fast path (tlm.service.decoding): same words, same scores
+        return decode_constrained(model, tokenizer, prompts,
+                                  lambda i, new: legal_next_tokens(prompts[i] + new, task, hardware),
+                                  copies=copies, sample=sample, seed=seed, max_new=room, label=task.task_name)
+    proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(copies)], width)
     model.eval()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -1,0 +1,98 @@
+"""The fast decoding path gives what ``transformers`` gives: the same logits, words and scores.
+
+:class:`tlm.model.cached_forward.CachedForward` against ``GPT2LMHeadModel.forward`` (padding
+on the left and inside, rows fed different lengths), and :func:`decode_prompts` on its fast
+path against the ``transformers.generate`` path it replaced (still the path of beams and of
+models the fast forward does not support), with a random GPT-2: it prefers nothing, so its
+greedy choices change with the slightest difference in the logits' order.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tlm.model.cached_forward as cached_forward
+from tlm.language import build_space, live_sketches, prompt_tokens
+from tlm.model.cached_forward import CachedForward, supports
+from tlm.model.network import build_model, model_config
+from tlm.model.scoring import decision_logprobs
+from tlm.model.tokenizer import build_tokenizer
+from tlm.service.generator import decode_prompts
+
+
+@pytest.fixture(scope="module")
+def lm():
+    tok = build_tokenizer()
+    return build_model(model_config("tiny", tok, 400), seed=1).eval(), tok
+
+
+def test_cached_forward_equals_the_transformers_forward(lm):
+    """Three rows of 12, 7 and 3 tokens fed in two calls: the first 5 (left-padded, as the
+    tokenizer pads prompts), then the rest (right-padded: 7, 2 and 0 tokens), against each
+    row alone through ``GPT2LMHeadModel``."""
+    model, _ = lm
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(4, model.config.vocab_size, (n,), generator=g) for n in (12, 7, 3)]
+    with torch.no_grad():
+        want = [model(input_ids=s[None]).logits[0] for s in seqs]
+        cache = CachedForward(model, 3, 4)  # grows as it is fed
+        got: list[list] = [[], [], []]
+        for lo, hi, left in ((0, 5, True), (5, 12, False)):
+            ids = torch.zeros(3, hi - lo, dtype=torch.long)
+            pos = torch.zeros(3, hi - lo, dtype=torch.long)
+            real = torch.zeros(3, hi - lo, dtype=torch.bool)
+            where = []
+            for r, s in enumerate(seqs):
+                part = s[lo:hi]
+                at = (hi - lo - len(part)) if left else 0
+                ids[r, at: at + len(part)] = part
+                pos[r, at: at + len(part)] = torch.arange(lo, lo + len(part))
+                real[r, at: at + len(part)] = True
+                where.append((at, len(part)))
+            out = cache.feed(ids, pos, real)
+            for r, (at, n) in enumerate(where):
+                got[r] += list(out[r, at: at + n])
+    for r in range(3):
+        torch.testing.assert_close(torch.stack(got[r]), want[r], atol=1e-4, rtol=1e-4)
+
+
+def test_only_plain_gpt2_in_eval_mode_is_supported(lm):
+    model, _ = lm
+    assert supports(model)
+    model.train()
+    try:
+        assert not supports(model)
+        with pytest.raises(ValueError, match="eval mode"):
+            CachedForward(model, 1, 1)
+    finally:
+        model.eval()
+
+
+@pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d"])
+def test_greedy_words_and_scores_equal_transformers_generate(lm, tasks, cpu_hw, name, monkeypatch):
+    model, tok = lm
+    task = tasks[name]
+    space = build_space(task, cpu_hw)
+    prompts = [prompt_tokens(space, sk) for sk in live_sketches(space)]
+    fast = decode_prompts(model, tok, task, cpu_hw, prompts, 1)
+    monkeypatch.setattr(cached_forward, "supports", lambda m: False)
+    slow = decode_prompts(model, tok, task, cpu_hw, prompts, 1)
+    assert [r[:2] for r in fast] == [r[:2] for r in slow]
+    for (_, _, (a, n)), (_, _, (b, m)) in zip(fast, slow):
+        assert n == m and a == pytest.approx(b, abs=1e-3)
+
+
+def test_samples_are_seeded_valid_and_scored_like_the_model_scores_them(lm, tasks, cpu_hw):
+    model, tok = lm
+    task = tasks["matmul"]
+    space = build_space(task, cpu_hw)
+    prompts = [prompt_tokens(space, sk) for sk in live_sketches(space)]
+    rows = decode_prompts(model, tok, task, cpu_hw, prompts, 4, sample=True, seed=3)
+    assert [i for i, _, _ in rows] == [i for i in range(len(prompts)) for _ in range(4)]
+    assert rows == decode_prompts(model, tok, task, cpu_hw, prompts, 4, sample=True, seed=3)
+    assert len({tuple(w) for _, w, _ in rows}) > len(prompts), "samples differ"
+    rescored = decision_logprobs(model, tok, [" ".join(prompts[i] + w) for i, w, _ in rows],
+                                 [len(prompts[i]) for i, _, _ in rows])
+    for (_, words, (lp, n)), (want, m) in zip(rows, rescored):
+        assert words[-1] == "[EOS]" and n == m == len(words)
+        assert lp == pytest.approx(want, abs=1e-3)
