@@ -60,6 +60,15 @@ def cpu_hw():
 
 
 @pytest.fixture(scope="session")
+def small_zoo_tasks(cpu_hw):
+    """``{model: its tasks}`` of the six zoo models' small variants, extracted once per run (~20 s)."""
+    from collectors.tasks import extract_tasks
+    from collectors.zoo import MODEL_NAMES
+
+    return {m: extract_tasks(m, cpu_hw, small=True) for m in MODEL_NAMES}
+
+
+@pytest.fixture(scope="session")
 def znver4_hw():
     """A fixed 2-core AMD Zen 4 (AVX-512) target: for encoding, decoding and lowering only."""
     return znver4()

@@ -10,6 +10,26 @@ from __future__ import annotations
 from typing import Any
 
 
+#: set to 1 to run the zoo-wide tests over every task instead of one task per structure
+EVERY_TASK_ENV = "TLM_TEST_EVERY_TASK"
+
+
+def one_per_structure(tasks: list) -> list:
+    """The first task of each distinct *structure*: its TVMScript with every number replaced, so
+    tasks that differ only in shapes (``conv2d0``..``conv2d48`` of one kind) count once, while a
+    strided, depthwise or padded variant is a structure of its own. The zoo-wide tests run these
+    (~1/4 of the zoo, every operator and fusion); ``TLM_TEST_EVERY_TASK=1`` runs them all."""
+    import os
+    import re
+
+    if os.environ.get(EVERY_TASK_ENV) == "1":
+        return list(tasks)
+    seen: dict[str, Any] = {}
+    for t in tasks:
+        seen.setdefault(re.sub(r"\d+", "N", t.tvmscript), t)
+    return list(seen.values())
+
+
 def make_task(mod, name: str, op_kind: str):
     from collectors.tasks import Task
     from collectors.tir import workload_key

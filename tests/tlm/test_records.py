@@ -80,14 +80,12 @@ def test_round_trip_of_freshly_measured_records(tasks, cpu_hw):
 
 
 @pytest.fixture(scope="module")
-def zoo_tasks(cpu_hw):
+def zoo_tasks(small_zoo_tasks):
     """A few tasks of each kind from three small zoo models (ResNet-50, BERT, GPT-2)."""
-    from collectors.tasks import extract_tasks
-
     chosen = []
     for model in ("resnet50", "bert_base", "gpt2"):
         per_kind: dict[str, int] = {}
-        for t in extract_tasks(model, cpu_hw, small=True):
+        for t in small_zoo_tasks[model]:
             if per_kind.get(t.op_kind, 0) < 2:
                 per_kind[t.op_kind] = per_kind.get(t.op_kind, 0) + 1
                 chosen.append(t)
@@ -131,22 +129,19 @@ def test_cuda_sketches_round_trip(tasks, cuda_hw):
 
 
 @pytest.mark.slow
-def test_every_sketch_of_all_six_zoo_models_round_trips(cpu_hw):
-    """All unique tasks of the six small zoo families (ResNet-50, MobileNetV2, EfficientNet-B0,
-    BERT, GPT-2, LLaMA layer): every sketch, one sampled program each, exact round trip."""
-    from collectors.tasks import extract_tasks
-    from collectors.zoo import MODEL_NAMES
-
+def test_every_sketch_of_all_six_zoo_models_round_trips(cpu_hw, small_zoo_tasks):
+    """A task per structure (``one_per_structure``) of the six small zoo families (ResNet-50,
+    MobileNetV2, EfficientNet-B0, BERT, GPT-2, LLaMA layer): every sketch, one sampled program
+    each, exact round trip."""
     from tlm.language.space import build_space
 
-    seen: set = set()
+    from tests.helpers.workloads import one_per_structure
+
+    unique = {t.workload_key: t for tasks in small_zoo_tasks.values() for t in tasks}
+    assert len(unique) > 100
     kinds: set = set()
-    for model in MODEL_NAMES:
-        for task in extract_tasks(model, cpu_hw, small=True):
-            if task.workload_key in seen:
-                continue
-            seen.add(task.workload_key)
-            for tr in sample_traces(task, cpu_hw, per_sketch=1, seed=7):
-                assert_round_trip(task, cpu_hw, tr)
-            kinds |= {c.kind for sk in build_space(task, cpu_hw).sketches for c in sk.choices}
-    assert len(seen) > 100 and kinds == {"tile", "pick", "at", "parallel"}
+    for task in one_per_structure(list(unique.values())):
+        for tr in sample_traces(task, cpu_hw, per_sketch=1, seed=7):
+            assert_round_trip(task, cpu_hw, tr)
+        kinds |= {c.kind for sk in build_space(task, cpu_hw).sketches for c in sk.choices}
+    assert kinds == {"tile", "pick", "at", "parallel"}
