@@ -7,4 +7,5 @@
 * :mod:`.train`      - the training loop (``train_loop_per_worker``) and its session protocol
 * :mod:`.checkpoint` - pickle-free checkpoints (weights, optimizer moments, loop position)
 * :mod:`.scoring`    - how likely a model finds a schedule (log-probability of its decisions)
+* :mod:`.cached_forward` - GPT-2's forward on a KV cache without transformers' overhead (decoding)
 """

@@ -1,6 +1,7 @@
 """The service room: writing schedules with a trained model.
 
-* :mod:`.constrained`  - the ``transformers`` LogitsProcessor over the language's legal words
+* :mod:`.decoding`     - the fast greedy/sampled decoding loop: a KV cache, forced words fed in bulk
+* :mod:`.constrained`  - the ``transformers`` LogitsProcessor over the language's legal words (beams)
 * :mod:`.generator`    - ``generate``: every live sketch decoded, ranked, proven valid; measuring
   candidates; the closed loop's tuner
 * :mod:`.catalog`      - which model serves which hardware key (registered, else shipped)
