@@ -15,9 +15,13 @@ Hardware, never mixed up:
   without a GPU (tests that run one are marked ``gpu``).
 
 Markers: ``slow`` (still run by the README's test command and CI; ``-m "not slow"`` is the
-quick loop), ``postgres``, ``gpu``, and ``timing``: a comparison of timings that needs a quiet
-machine, run only with ``--timing``.
+quick loop), ``postgres``, ``gpu``, ``ray`` (starts Ray: see ``SERIAL``), and ``timing``: a
+comparison of timings that needs a quiet machine, run only with ``--timing -n 0``.
+
+Two xdist workers (``-n 2`` in pyproject.toml: the suite's wall time on 2 cores is half TVM
+compiles and half Ray start-ups and waits, which overlap well); ``-n 0`` runs in one process.
 """
+import json
 import os
 
 import pytest
@@ -42,13 +46,48 @@ def pytest_addoption(parser):
                      help="also run the tests marked timing (they compare timings: a quiet machine only)")
 
 
+#: Tests that start Ray (a simulated cluster, Ray Train, Ray Serve, Ray Data) or join one: one
+#: xdist group, so they run one after another on one worker (a plain ``ray.init()`` joins a
+#: cluster it finds running, and the simulated cluster is one per process), while the other
+#: worker takes the rest. Paths from tests/.
+SERIAL = ("cluster/", "faults/test_train_faults.py", "tlm/test_dataset.py")
+#: ``tlm demo`` in a subprocess starts a Ray of its own (``address="local"``: it joins nothing,
+#: nothing joins it) and is the longest test: a group of its own, beside the Ray group.
+APART = ("test_demo.py",)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = os.path.relpath(str(item.fspath), HERE).replace(os.sep, "/")
+        if rel.startswith(APART):
+            item.add_marker(pytest.mark.xdist_group("demo"))
+        elif rel.startswith(SERIAL) or "ray" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("ray"))
     if config.getoption("--timing"):
         return
     skip = pytest.mark.skip(reason="compares timings: run on a quiet machine with --timing")
     for item in items:
         if "timing" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fault_row(request):
+    """``fault_row(fault, where, outcome, lost, duplicated)``: one row of the fault table
+    (``bench/reliability.py``): written to ``$TLM_FAULT_TABLE`` (JSON lines) when it is set."""
+    rows: list[dict] = []
+
+    def record(fault: str, where: str, outcome: str, lost: int, duplicated: int) -> None:
+        rows.append({"fault": fault, "where": where, "outcome": outcome, "lost": int(lost),
+                     "duplicated": int(duplicated), "test": request.node.nodeid})
+
+    yield record
+    path = os.environ.get("TLM_FAULT_TABLE")
+    if path and rows:
+        with open(path, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
 
 
 @pytest.fixture(scope="session")
