@@ -342,3 +342,88 @@ def _units(corpus):
 
     with ix.read(corpus.engine) as conn:
         return [(r.workload_key, r.hardware_key) for r in conn.execute(sa.select(ix.task_status))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray-mode faults (marked ``faults``: rows of bench/results/reliability.json's fault table)
+
+def _node_processes(node, marker: str) -> list:
+    """Live processes of a simulated node (its raylet's descendants) whose command line holds ``marker``."""
+    import psutil
+
+    raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+    found = []
+    for p in raylet.children(recursive=True):
+        try:
+            if marker in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:  # it ended while we looked
+            pass
+    return found
+
+
+def _fault_job(ray_cluster, tmp_path, key: str, kill) -> tuple:
+    """A 3-task, 4-trial job on a fresh 1-CPU node of ``key``; ``kill(node)`` once its first part
+    is on disk. Returns (summary, table, what kill returned, lost, duplicated): lost counts the
+    records each task's final attempt reported stored that cannot be read back."""
+    from collectors.hardware import cpu_hardware
+
+    ray_cluster.hardware[key] = cpu_hardware(cores=1, key=key)
+    node = ray_cluster.add_cpu_node(key)
+    tasks = [_task(*s) for s in TASKS[:3]]
+    try:
+        th, result = _start_job_and_await_first_part(ray_cluster, tmp_path, tasks, key, _job(lost_key_grace_s=5))
+        assert (tmp_path / f"hardware={key}").exists(), "no records were written"
+        killed = kill(node)
+        th.join(timeout=480)
+        assert not th.is_alive()
+    finally:
+        ray_cluster.cluster.remove_node(node)
+    table = _scan(tmp_path)
+    ids = table["record_id"].to_pylist()
+    lost = sum(max(0, o.records - table.filter(pc.equal(table["workload_key"], o.workload_key)).num_rows)
+               for o in result["s"].outcomes)
+    return result["s"], table, killed, lost, len(ids) - len(set(ids))
+
+
+@pytest.mark.faults
+def test_a_collector_actor_sigkilled_mid_job_is_replaced_and_its_unit_retried(ray_cluster, tmp_path, fault_row):
+    import signal
+
+    def kill(node):
+        (actor,) = _node_processes(node, "ray::Collector")
+        actor.send_signal(signal.SIGKILL)
+        return actor.pid
+
+    s, table, _, lost, dup = _fault_job(ray_cluster, tmp_path, "cpu-sim_f-1c", kill)
+    assert s.status == "done", [(o.task_name, o.status, o.error) for o in s.outcomes]
+    assert sum(o.attempts for o in s.outcomes) > len(s.outcomes), "the killed unit was retried"
+    assert lost == 0 and dup == 0
+    assert table.num_rows >= sum(o.records for o in s.outcomes)
+    fault_row("SIGKILL collector actor (Ray mode)", "mid-job, after its first part was written",
+              f"the unit was retried on a new actor; job done, {table.num_rows} records", lost, dup)
+
+
+@pytest.mark.faults
+def test_a_measuring_worker_sigkilled_mid_job_costs_one_candidate_at_most(ray_cluster, tmp_path, fault_row):
+    """The build and measure workers (TVM popen workers under the collector actor) die: the job
+    goes on with new ones; a candidate in flight is stored as an error, never as a latency."""
+    import signal
+
+    def kill(node):
+        (actor,) = _node_processes(node, "ray::Collector")
+        workers = [p for p in actor.children(recursive=True) if "popen_worker" in " ".join(p.cmdline())]
+        assert workers, "the collector has no build or measure worker"
+        for w in workers:
+            w.send_signal(signal.SIGKILL)
+        return len(workers)
+
+    s, table, killed, lost, dup = _fault_job(ray_cluster, tmp_path, "cpu-sim_g-1c", kill)
+    assert s.status == "done", [(o.task_name, o.status, o.error) for o in s.outcomes]
+    assert [o.attempts for o in s.outcomes] == [1, 1, 1], "a dead worker is replaced, not a reason to retry"
+    assert table.num_rows == 3 * 4 and lost == 0 and dup == 0, "every candidate has its record"
+    errors = [e for e in table["error"].to_pylist() if e]
+    assert len(errors) <= killed, errors
+    fault_row("SIGKILL build + measure workers (Ray mode)", f"mid-job: the {killed} TVM popen workers under the "
+              "collector actor", f"job done on new workers; {table.num_rows} records, {len(errors)} of them errors "
+              f"({'; '.join(sorted({' '.join(e.split())[:60] for e in errors})) or 'none'})", lost, dup)

@@ -1,5 +1,7 @@
 """The fault-injection suite: each test does one fault to a real part of the system and records a
-row (fault, where, outcome, lost, duplicated) of ``bench/results/reliability.json``'s table.
+row (fault, where, outcome, lost, duplicated) of ``bench/results/reliability.json``'s table
+(``fault_row``, tests/conftest.py: Ray-mode faults live beside the simulated cluster, in
+tests/cluster/test_collect_job.py, marked ``faults`` too).
 
 ``lost`` and ``duplicated`` are counted, not assumed: records the job reported stored that cannot
 be read back, and rows beyond the distinct record ids. Rows go to ``$TLM_FAULT_TABLE`` (JSON lines)
@@ -7,7 +9,6 @@ when it is set (``bench/reliability.py`` sets it); the assertions hold either wa
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Iterable
 
@@ -24,23 +25,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.faults)
-
-
-@pytest.fixture
-def fault_row(request):
-    """``fault_row(fault, where, outcome, lost, duplicated)``: one row of the fault table."""
-    rows: list[dict] = []
-
-    def record(fault: str, where: str, outcome: str, lost: int, duplicated: int) -> None:
-        rows.append({"fault": fault, "where": where, "outcome": outcome, "lost": int(lost),
-                     "duplicated": int(duplicated), "test": request.node.nodeid})
-
-    yield record
-    path = os.environ.get("TLM_FAULT_TABLE")
-    if path and rows:
-        with open(path, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
 
 
 def audit(corpus, reported_ids: Iterable[str] = (), *, recover: bool = False) -> tuple[int, int]:
