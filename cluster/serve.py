@@ -16,6 +16,7 @@ a cluster (``build_app`` reads the config's ``args``).
 # no "from __future__ import annotations": FastAPI reads the route annotations through Serve's wrapper
 import asyncio
 import logging
+import math
 import os
 import threading
 from typing import Any
@@ -25,8 +26,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from ray import serve
 
-from tlm.service.api import (MAX_BODY_BYTES, TOKEN_ENV, ApiError, ModelInfo, ModelsResponse, ScheduleRequest,
-                             ScheduleResponse, check_token)
+from tlm.service.api import (ERROR_RESPONSES, MAX_BODY_BYTES, TOKEN_ENV, ApiError, ModelInfo, ModelsResponse,
+                             ScheduleRequest, ScheduleResponse, check_token)
 from tlm.service.catalog import SHIPPED_MODELS
 
 log = logging.getLogger(__name__)
@@ -90,11 +91,26 @@ def _http_error(exc: ApiError) -> JSONResponse:
 
 @app.exception_handler(RequestValidationError)
 async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """422 naming each problem. FastAPI's own handler echoes the offending input, and a body holding
-    ``Infinity`` or ``NaN`` (Python's json writes and reads them) made that echo unserialisable: a 500.
-    Inputs and contexts are echoed as their (shortened) repr instead."""
-    detail = [{k: (repr(v)[:200] if k in ("input", "ctx") else v) for k, v in e.items()} for e in exc.errors()]
+    """422 naming each problem, shaped as the schema documents it (``HTTPValidationError``).
+    FastAPI's own handler echoes the offending input, and a body holding ``Infinity`` or ``NaN``
+    (Python's json writes and reads them) made that echo unserialisable: a 500. The input is
+    echoed as its (shortened) repr, the context stays an object of JSON values."""
+    detail = []
+    for e in exc.errors():
+        item = {k: v for k, v in e.items() if k not in ("input", "ctx")}
+        if "input" in e:
+            item["input"] = repr(e["input"])[:200]
+        if "ctx" in e:
+            item["ctx"] = {str(k): _json_value(v) for k, v in e["ctx"].items()}
+        detail.append(item)
     return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _json_value(v: object) -> object:
+    """``v`` if JSON can carry it as it is (a finite number, a string, a bool, None), else its repr."""
+    if v is None or isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v)):
+        return v
+    return repr(v)[:200]
 
 
 @serve.deployment(max_ongoing_requests=32, ray_actor_options={"num_cpus": 1})
@@ -166,7 +182,8 @@ class ScheduleServer:
     async def healthz(self) -> dict:
         return {"status": "ok"}
 
-    @app.get("/v1/models", response_model=ModelsResponse)
+    @app.get("/v1/models", response_model=ModelsResponse,
+             responses={s: r for s, r in ERROR_RESPONSES.items() if s in (401, 413)})
     async def models(self) -> ModelsResponse:
         from tlm.service.catalog import available_models
 
@@ -187,7 +204,7 @@ class ScheduleServer:
                                      fallback=True, fallback_reason=sv.why))
         return ModelsResponse(models=out)
 
-    @app.post("/v1/schedules", response_model=ScheduleResponse)
+    @app.post("/v1/schedules", response_model=ScheduleResponse, responses=ERROR_RESPONSES)
     async def schedules(self, req: ScheduleRequest) -> Any:
         try:
             return await self.answer(req)

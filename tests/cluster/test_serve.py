@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.openapi import validate_response
 from tests.helpers.workloads import matmul_tvmscript
 from tlm.service.api import ApiError, ScheduleRequest
 
@@ -170,6 +171,9 @@ def test_tlm_serve_over_http_on_loopback(models_root, host_key, tmp_path):
         assert out["best"] in (0, 1)
         r = c.post("/v1/schedules", json={**body, "colour": "red"}, headers=auth)
         assert r.status_code == 422 and "colour" in r.text
+        r = c.post("/v1/schedules", json={**body, "workload_key": "w"}, headers=auth)
+        assert r.status_code == 422 and "exactly one" in r.text
+        validate_response(r.json(), "422")  # as documented (schemathesis found a string where the schema says an object)
         r = c.post("/v1/schedules", json={**body, "k": 65}, headers=auth)
         assert r.status_code == 422 and "k" in r.text
         # non-finite numbers (Python's json writes them; a 500 before: the 422's echo of the input was not JSON)

@@ -119,6 +119,42 @@ class ModelInfo(BaseModel):
     fallback_reason: str | None = None
 
 
+class ErrorResponse(BaseModel):
+    """Every answer the client can act on but a request-shape error: what was wrong, in a sentence."""
+
+    detail: str
+
+
+class ValidationItem(BaseModel):
+    """One problem of a request that does not fit :class:`ScheduleRequest` (FastAPI's shape)."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+    input: Any = None
+    ctx: dict[str, Any] | None = None
+
+
+class UnprocessableResponse(BaseModel):
+    """422: the request does not fit the schema (a list of problems), or the subgraph cannot be
+    scheduled as sent (a sentence: no schedulable block, no schedule space on that hardware)."""
+
+    detail: str | list[ValidationItem]
+
+
+#: ``responses=`` of every route that takes a request: the statuses it may answer and their shape
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "the request is malformed (TVMScript that does not parse or "
+                                                  "imports anything, a bad hardware key)"},
+    401: {"model": ErrorResponse, "description": "missing or wrong bearer token (when the server has one)"},
+    404: {"model": ErrorResponse, "description": "unknown workload key, or no model for the hardware"},
+    409: {"model": ErrorResponse, "description": "measure asked for code this host cannot run"},
+    413: {"model": ErrorResponse, "description": "body over the size limit"},
+    422: {"model": UnprocessableResponse, "description": "does not fit the schema, or cannot be scheduled"},
+    503: {"model": ErrorResponse, "description": "the model for the hardware failed to load"},
+}
+
+
 class ModelsResponse(BaseModel):
     models: list[ModelInfo]
 
