@@ -10,7 +10,9 @@ MobileNetV2 and BERT-base, heaviest first) sent as TVMScript, as a deployer woul
   (``--repeats`` per task, after one warm-up request that loads the model), and per task;
 * **throughput**: ``--clients`` concurrent clients sending the same tasks round-robin;
 * **in process**: ``tlm.service.generator.generate`` on the same tasks without HTTP (what the server
-  adds), with 1 torch thread (the default, ``DECODE_THREADS``) and with every core;
+  adds), with 1 torch thread (the default, ``DECODE_THREADS``) and with every core, and beside it
+  the plain library path (``transformers.generate`` with the logits processor, 1 thread): its p50
+  and on how many tasks both give the same schedules (target: in-process p50 <= 50 ms);
 * **compile-time ratio**: MetaSchedule's evolutionary search (``--ms-trials`` trials, its
   builder and runner, correctness-checked) on ``--ms-tasks`` tasks against the generator's
   time for the same task (the paper's "up to 61x" is this ratio), and the latency each got,
@@ -58,6 +60,30 @@ def sketch_cost(tasks: list, hw, model, tok) -> dict:
                      "all_sketches_s": times["all"], "ratio": times["all"] / times["one"]})
     return {"per_task": rows, "geomean_all_over_one": geomean([r["ratio"] for r in rows]),
             "mean_sketches": statistics.mean(r["sketches"] for r in rows)}
+
+
+def library_path(tasks: list, hw, model, tok, repeats: int) -> dict:
+    """The same greedy generation through ``transformers.generate`` and its logits processor
+    (the path before :mod:`tlm.service.decoding`, still the path of beams): its p50, and on how
+    many tasks both paths give the same ranked schedules (words, in order)."""
+    import tlm.model.cached_forward as cached_forward
+    from tlm.service.generator import generate
+
+    fast = {t.task_name: [c.text for c in generate(t, hw, model, tok).candidates] for t in tasks}
+    supports = cached_forward.supports
+    cached_forward.supports = lambda m: False  # decode_prompts falls back to transformers.generate
+    try:
+        per, same = {}, 0
+        for t in tasks:
+            times = []
+            for _ in range(repeats):
+                g = generate(t, hw, model, tok)
+                times.append(g.generate_s + g.check_s)
+            per[t.task_name] = statistics.median(times)
+            same += [c.text for c in g.candidates] == fast[t.task_name]
+    finally:
+        cached_forward.supports = supports
+    return {"p50_s": statistics.median(per.values()), "per_task_s": per, "same_schedules": same}
 
 
 def main() -> None:
@@ -110,7 +136,12 @@ def main() -> None:
             per[t.task_name] = statistics.median(times)
         inproc[f"threads_{threads}"] = {"p50_s": statistics.median(per.values()), "per_task_s": per}
     gen_mod.DECODE_THREADS = 1
+    inproc["transformers_generate"] = library_path(tasks, hw, model, tok, args.repeats)
+    inproc["target_p50_s"] = 0.05
     res["in_process"] = inproc
+    print(f"in process: p50 {inproc['threads_1']['p50_s'] * 1e3:.0f} ms (1 thread), "
+          f"{inproc['transformers_generate']['p50_s'] * 1e3:.0f} ms with transformers.generate; same schedules on "
+          f"{inproc['transformers_generate']['same_schedules']}/{len(tasks)} tasks")
     res["sketches"] = sketch_cost(tasks, hw, model, tok)
 
     # over HTTP
@@ -199,6 +230,8 @@ def main() -> None:
     res["ratios"] = {
         "http_p50_s": res["http"]["p50_s"], "http_p99_s": res["http"]["p99_s"],
         "http_over_in_process_p50": res["http"]["p50_s"] / inproc["threads_1"]["p50_s"],
+        "in_process_transformers_generate_over_fast_p50": inproc["transformers_generate"]["p50_s"]
+        / inproc["threads_1"]["p50_s"],
         "threads_all_over_1": inproc[f"threads_{host.cores}"]["p50_s"] / inproc["threads_1"]["p50_s"],
         "concurrent_over_sequential_throughput": res["concurrent"]["requests_per_s"]
         / res["concurrent"]["sequential_requests_per_s"],
