@@ -169,7 +169,7 @@ def run_schemathesis(url: str, max_examples: int, seed: int = 0, timeout_s: floa
                "--max-examples", str(max_examples), "--seed", str(seed), "--request-timeout", str(timeout_s),
                "--report", "ndjson", "--report-ndjson-path", report, "--no-color"]
         t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=tmp)  # its cache dir goes there
         wall = time.perf_counter() - t0
         events = [json.loads(line) for line in open(report)] if os.path.exists(report) else []
     cases, operations, failures, by_status = 0, set(), [], {}
