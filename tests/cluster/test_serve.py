@@ -171,7 +171,7 @@ def test_tlm_serve_over_http_on_loopback(models_root, host_key, tmp_path):
         assert out["best"] in (0, 1)
         r = c.post("/v1/schedules", json={**body, "colour": "red"}, headers=auth)
         assert r.status_code == 422 and "colour" in r.text
-        r = c.post("/v1/schedules", json={**body, "workload_key": "w"}, headers=auth)
+        r = c.post("/v1/schedules", json={**body, "workload_key": "0123456789abcdef"}, headers=auth)
         assert r.status_code == 422 and "exactly one" in r.text
         validate_response(r.json(), "422")  # as documented (schemathesis found a string where the schema says an object)
         r = c.post("/v1/schedules", json={**body, "k": 65}, headers=auth)

@@ -33,6 +33,7 @@ def ms_database(request):
     Tuned once (about 40 s) and cached in pytest's cache dir, keyed by TVM version and CPU.
     Returns (work_dir, relax module, target dict, list of task modules).
     """
+    import fcntl
     import shutil
 
     import tvm
@@ -46,12 +47,16 @@ def ms_database(request):
     tasks = [t.dispatched[0] for t in ms.relax_integration.extract_tasks(mod, tvm.target.Target(target))]
     cache = request.config.cache.mkdir(f"tlm-storage-msdb-{tvm.__version__}-{cpu}")
     done = cache / "DONE"
-    if not done.exists():
-        shutil.rmtree(cache, ignore_errors=True)
-        cache.mkdir(parents=True)
-        ms.relax_integration.tune_relax(
-            mod, params={}, target=tvm.target.Target(target), work_dir=str(cache), max_trials_global=8,
-            num_trials_per_iter=8, builder=ms.builder.LocalBuilder(initializer=fast_import.install),
-        )
-        done.write_text("ok\n")
+    # the xdist workers share pytest's cache dir: one tunes, the other waits for it (both tuning
+    # into one work dir gave a database of 16 records where the tests expect 8)
+    with open(cache.parent / f"{cache.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir(parents=True)
+            ms.relax_integration.tune_relax(
+                mod, params={}, target=tvm.target.Target(target), work_dir=str(cache), max_trials_global=8,
+                num_trials_per_iter=8, builder=ms.builder.LocalBuilder(initializer=fast_import.install),
+            )
+            done.write_text("ok\n")
     return cache, mod, target, tasks
