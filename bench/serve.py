@@ -63,28 +63,35 @@ def sketch_cost(tasks: list, hw, model, tok) -> dict:
             "mean_sketches": statistics.mean(r["sketches"] for r in rows)}
 
 
-def library_path(tasks: list, hw, model, tok, repeats: int) -> dict:
-    """The same greedy generation through ``transformers.generate`` and its logits processor
-    (the path before :mod:`tlm.service.decoding`, still the path of beams): its p50, and on how
-    many tasks both paths give the same ranked schedules (words, in order)."""
-    import tlm.model.cached_forward as cached_forward
+def in_process(tasks: list, hw, model, tok, repeats: int) -> tuple[dict, dict]:
+    """``generate`` (greedy) on each task ``repeats`` times: ``({"p50_s", "per_task_s"}, {task:
+    its ranked schedules' texts})``, a task's time the median of its generate + check times."""
     from tlm.service.generator import generate
 
-    fast = {t.task_name: [c.text for c in generate(t, hw, model, tok).candidates] for t in tasks}
+    per, texts = {}, {}
+    for t in tasks:
+        times = []
+        for _ in range(repeats):
+            g = generate(t, hw, model, tok)
+            times.append(g.generate_s + g.check_s)
+        per[t.task_name] = statistics.median(times)
+        texts[t.task_name] = [c.text for c in g.candidates]
+    return {"p50_s": statistics.median(per.values()), "per_task_s": per}, texts
+
+
+def library_path(tasks: list, hw, model, tok, repeats: int, fast: dict) -> dict:
+    """The same greedy generation through ``transformers.generate`` and its logits processor
+    (the path before :mod:`tlm.service.decoding`, still the path of beams): its p50, and on how
+    many tasks it gives the same ranked schedules (words, in order) as the fast path (``fast``)."""
+    import tlm.model.cached_forward as cached_forward
+
     supports = cached_forward.supports
     cached_forward.supports = lambda m: False  # decode_prompts falls back to transformers.generate
     try:
-        per, same = {}, 0
-        for t in tasks:
-            times = []
-            for _ in range(repeats):
-                g = generate(t, hw, model, tok)
-                times.append(g.generate_s + g.check_s)
-            per[t.task_name] = statistics.median(times)
-            same += [c.text for c in g.candidates] == fast[t.task_name]
+        out, texts = in_process(tasks, hw, model, tok, repeats)
     finally:
         cached_forward.supports = supports
-    return {"p50_s": statistics.median(per.values()), "per_task_s": per, "same_schedules": same}
+    return {**out, "same_schedules": sum(texts[t.task_name] == fast[t.task_name] for t in tasks)}
 
 
 def main() -> None:
@@ -125,19 +132,11 @@ def main() -> None:
     import tlm.service.generator as gen_mod
 
     inproc: dict = {}
-    for threads in (1, host.cores):
+    for threads in (host.cores, 1):
         gen_mod.DECODE_THREADS = threads
         generate(tasks[0], hw, model, tok)  # warm
-        per = {}
-        for t in tasks:
-            times = []
-            for _ in range(args.repeats):
-                g = generate(t, hw, model, tok)
-                times.append(g.generate_s + g.check_s)
-            per[t.task_name] = statistics.median(times)
-        inproc[f"threads_{threads}"] = {"p50_s": statistics.median(per.values()), "per_task_s": per}
-    gen_mod.DECODE_THREADS = 1
-    inproc["transformers_generate"] = library_path(tasks, hw, model, tok, args.repeats)
+        inproc[f"threads_{threads}"], fast = in_process(tasks, hw, model, tok, args.repeats)
+    inproc["transformers_generate"] = library_path(tasks, hw, model, tok, args.repeats, fast)
     inproc["target_p50_s"] = 0.05
     res["in_process"] = inproc
     print(f"in process: p50 {inproc['threads_1']['p50_s'] * 1e3:.0f} ms (1 thread), "

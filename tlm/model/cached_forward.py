@@ -55,10 +55,6 @@ class CachedForward:
         self.valid = torch.zeros(rows, slots, dtype=torch.bool)
         self.used = 0  # slots handed out so far (the same for every row)
 
-    @property
-    def rows(self) -> int:
-        return self.valid.shape[0]
-
     def keep(self, rows: Any) -> None:
         """Keep only ``rows`` (indices, in the new order; repeats allowed): finished rows leave
         the batch, and one prompt's cache becomes several samples' caches."""

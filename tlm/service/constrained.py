@@ -41,13 +41,17 @@ class LegalTokensProcessor:
                 allowed = {PAD, EOS}
             else:
                 allowed = legal_next_tokens(self.prompts[row] + new, self.task, self.hardware)
-            ids = [self.vocab[w] for w in allowed if w in self.vocab]
-            if len(ids) != len(allowed):
-                missing = sorted(w for w in allowed if w not in self.vocab)
-                raise LanguageError(len(self.prompts[row]) + len(new),
-                                    f"legal words missing from the vocabulary: {missing[:8]}")
-            mask[row, ids] = 0.0
+            mask[row, vocab_ids(allowed, self.vocab, len(self.prompts[row]) + len(new))] = 0.0
         return scores + mask
+
+
+def vocab_ids(words: set[str], vocab: dict[str, int], position: int) -> list[int]:
+    """The vocabulary ids of the legal ``words``, sorted (so a choice never depends on set order);
+    :class:`LanguageError` at ``position`` when the vocabulary lacks one of them."""
+    ids = sorted(vocab[w] for w in words if w in vocab)
+    if len(ids) != len(words):
+        raise LanguageError(position, f"legal words missing from the vocabulary: {sorted(w for w in words if w not in vocab)[:8]}")
+    return ids
 
 
 def make_logits_processor(tokenizer: Any, task: Task, hardware: Hardware,

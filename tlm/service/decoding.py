@@ -19,25 +19,28 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tlm.language import EOS, LanguageError
+from tlm.service.constrained import vocab_ids
 
 #: ``(prompt index, words generated so far)`` -> the words that keep the sentence valid next
 Allowed = Callable[[int, list[str]], set[str]]
 
 
 def decode_constrained(model: Any, tokenizer: Any, prompts: list[list[str]], allowed: Allowed, *, copies: int = 1,
-                       sample: bool = False, seed: int = 0, max_new: int,
-                       label: str = "") -> list[tuple[int, list[str], tuple[float, int]]]:
+                       sample: bool = False, seed: int = 0, max_new: int, label: str = "",
+                       encoded: list[list[int]] | None = None) -> list[tuple[int, list[str], tuple[float, int]]]:
     """Greedy (or, with ``sample``, seeded sampling of ``copies`` sequences per prompt) decoding of
     every prompt under ``allowed``; ``(prompt index, words up to [EOS], (log-probability, words))``
     per sequence, prompt by prompt. Raises ``ValueError`` when a sequence does not end within
-    ``max_new`` words (``label``, the task, names it) and :class:`LanguageError` when a legal word is not in the vocabulary."""
+    ``max_new`` words (``label``, the task, names it) and :class:`LanguageError` when a legal word is not in the vocabulary.
+    ``encoded``: the prompts' token ids, when the caller has them already."""
     import torch
 
     if copies > 1 and not sample:
         raise ValueError("copies > 1 needs sample=True (greedy copies would be identical)")
     vocab = tokenizer.get_vocab()
     words_of = tokenizer.convert_ids_to_tokens
-    encoded = tokenizer([" ".join(p) for p in prompts])["input_ids"]
+    if encoded is None:
+        encoded = tokenizer([" ".join(p) for p in prompts])["input_ids"]
     n_prompts = len(encoded)
     gen = torch.Generator().manual_seed(seed)
     model.eval()
@@ -141,10 +144,8 @@ def _prefill(model: Any, encoded: list[list[int]], pad: int) -> tuple[Any, Any]:
 
 
 def _ids(legal: set[str], vocab: dict[str, int], position: int) -> list[int]:
-    """The vocabulary ids of ``legal``, sorted (so forced and chosen words do not depend on set order)."""
-    out = sorted(vocab[w] for w in legal if w in vocab)
-    if len(out) != len(legal):
-        raise LanguageError(position, f"legal words missing from the vocabulary: {sorted(w for w in legal if w not in vocab)[:8]}")
+    """:func:`vocab_ids` of ``legal``, which may not be empty (the sentence must go on)."""
+    out = vocab_ids(legal, vocab, position)
     if not out:
         raise LanguageError(position, "no legal word (the sentence cannot go on)")
     return out

@@ -190,8 +190,9 @@ def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, p
     from tlm.model.cached_forward import supports
     from tlm.service.decoding import decode_constrained
 
-    batch = tokenizer([" ".join(p) for p in prompts], return_tensors="pt", padding=True)
-    width = batch["input_ids"].shape[1]
+    texts = [" ".join(p) for p in prompts]
+    encoded = tokenizer(texts)["input_ids"]
+    width = max(len(e) for e in encoded)  # the padded batch's width
     copies = k  # rows per prompt: 1 (greedy), k beams or k samples; row r belongs to prompt r // copies
     beams = 1 if sample else k
     room = model.config.n_positions - width
@@ -201,7 +202,9 @@ def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, p
     if beams == 1 and supports(model):  # the fast path (tlm.service.decoding): same words, same scores
         return decode_constrained(model, tokenizer, prompts,
                                   lambda i, new: legal_next_tokens(prompts[i] + new, task, hardware),
-                                  copies=copies, sample=sample, seed=seed, max_new=room, label=task.task_name)
+                                  copies=copies, sample=sample, seed=seed, max_new=room, label=task.task_name,
+                                  encoded=encoded)
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
     proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(copies)], width)
     model.eval()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
