@@ -31,6 +31,8 @@ def register(subparsers) -> None:
                         f"models, {', '.join(HELD_OUT_MODELS)}; 'none' for no test split)")
     b.add_argument("--hardware", default="", help="comma-separated hardware keys (default: all in the corpus)")
     b.add_argument("--seed", type=int, default=0, help="seed of the design-space sampling")
+    b.add_argument("--workers", type=int, default=1,
+                   help="processes sampling the pretraining programs (default 1; the same rows with more)")
     b.set_defaults(func=run_build)
     s = sub.add_parser("stats", help="sizes, token-length histograms, vocabulary coverage")
     s.add_argument("dir", help="dataset directory written by `tlm dataset build`")
@@ -46,12 +48,14 @@ def run_build(args: argparse.Namespace) -> int:
 
     if args.per_sketch < 0 or args.top_k < 0:
         raise UsageError(f"--per-sketch and --top-k must be >= 0, got {args.per_sketch} and {args.top_k}")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
     held_out = held_out_models(args.held_out)
     fast_import.install()  # CPU sketches only need the x86 intrinsics; CUDA spaces add theirs
     config = DatasetConfig(pretrain_per_sketch=args.per_sketch, finetune_top_k=args.top_k,
                            held_out_models=held_out, hardware_keys=comma_list(args.hardware), seed=args.seed)
     with open_corpus(args) as corpus, user_errors(FileExistsError):
-        summary = build_datasets(corpus, args.out, config)
+        summary = build_datasets(corpus, args.out, config, workers=args.workers)
     print(f"{summary.pretrain_rows} pretraining and {summary.finetune_rows} fine-tuning sentences "
           f"({summary.tasks} tasks; hardware: {', '.join(summary.hardware) or 'none'}) -> {summary.out_dir}")
     for reason, n in sorted(summary.skipped.items()):

@@ -52,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weight-power", type=float, default=1.0, help="latency weighting: each fine-tuning row "
                    "counts (best/latency) ** P (default 1; higher learns from the fastest only)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help=f"steps between checkpoints (default {d.eval_every})")
+    p.add_argument("--eval-batches", type=int, default=d.eval_batches,
+                   help="> 0: evaluate on at most this many batches per worker (a large test split)")
     p.add_argument("--max-failures", type=int, default=0, help="worker failures to recover from in one run")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     p.add_argument("--quality-tasks", type=int, default=0, metavar="N",
@@ -114,7 +116,8 @@ def _config(args: argparse.Namespace):
         stage=args.stage, preset=args.preset, epochs=args.epochs, max_steps=args.max_steps,
         batch_size=args.batch_size, lr=args.lr if args.lr is not None else (3e-4 if finetune else TrainConfig.lr),
         loss_weighting=args.loss_weighting or ("latency" if finetune else "none"), weight_power=args.weight_power,
-        eval_every=args.eval_every, seed=args.seed, warmup_steps=5 if finetune else TrainConfig.warmup_steps,
+        eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
+        warmup_steps=5 if finetune else TrainConfig.warmup_steps,
     )
     base_path = base_id = None
     register = not args.no_register

@@ -71,6 +71,7 @@ def test_bad_training_options_are_one_line_errors(sets, tmp_path, capsys):
         (["--stage", "finetune", "--hardware", "cpu-znver4-2c", "--base", "nope"], "unknown model 'nope'"),
         (["--stage", "finetune", "--hardware", "Bad Key", "--base", "x"], "hardware key 'Bad Key'"),
         (["--stage", "pretrain", "--workers", "0"], "--workers must be >= 1"),
+        (["--stage", "pretrain", "--eval-batches", "-1"], "eval_batches must be >= 0, got -1"),
     ]
     for extra, message in cases:
         rc = main(["train", "--dataset", str(dataset), "--corpus", str(corpus), "--out", str(tmp_path), *extra])

@@ -44,6 +44,16 @@ def test_znver4_pretraining_sentences_cover_every_task_and_sketch(built, tasks, 
         decode(rows[0]["text"], t, znver4_hw)  # every sentence is a program of its task
 
 
+def test_znver4_sampling_in_processes_writes_the_same_rows(built, corpus, tmp_path):
+    out, summary = built
+    two = build_datasets(corpus, str(tmp_path / "two"), DatasetConfig(pretrain_per_sketch=2, finetune_top_k=2,
+                                                                      held_out_models=("model_b",)),
+                         progress=False, workers=2)
+    for f in ("pretrain.parquet", "finetune.parquet"):
+        assert pq.read_table(tmp_path / "two" / f).to_pylist() == pq.read_table(out / f).to_pylist(), f
+    assert (two.pretrain_rows, two.finetune_rows, two.skipped) == (summary.pretrain_rows, summary.finetune_rows, {})
+
+
 def test_znver4_held_out_model_workloads_are_the_test_split(built, tasks):
     out, _ = built
     for f in ("pretrain.parquet", "finetune.parquet"):
@@ -113,6 +123,8 @@ def test_znver4_cli_build_and_stats(corpus, tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
     assert main(["dataset", "stats", str(tmp_path / "missing")]) == 2
     assert "missing" in capsys.readouterr().err
+    assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(tmp_path / "w0"), "--workers", "0"]) == 2
+    assert "--workers must be >= 1, got 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -62,6 +62,8 @@ class TrainConfig:
         for name in ("batch_size", "eval_every", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_batches < 0:
+            raise ValueError(f"eval_batches must be >= 0, got {self.eval_batches}")
         if self.weight_power <= 0:
             raise ValueError(f"weight_power must be > 0, got {self.weight_power}")
         if self.epochs <= 0 and self.max_steps <= 0:
