@@ -51,9 +51,10 @@ def pytest_addoption(parser):
 #: cluster it finds running, and the simulated cluster is one per process), while the other
 #: worker takes the rest. Paths from tests/.
 SERIAL = ("cluster/", "faults/test_train_faults.py", "tlm/test_dataset.py")
-#: ``tlm demo`` in a subprocess starts a Ray of its own (``address="local"``: it joins nothing,
-#: nothing joins it) and is the longest test: a group of its own, beside the Ray group.
-APART = ("test_demo.py",)
+#: ``tlm demo`` and the driver-kill fault run ``tlm`` in a subprocess that starts a Ray of its own
+#: (``address="local"``: it joins nothing, nothing joins it); the demo is the longest test: a
+#: group of their own, beside the Ray group.
+APART = ("test_demo.py", "faults/test_driver_faults.py")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -14,6 +14,7 @@ import pytest
 from cluster.collect_job import JobConfig, run_collection
 from cluster.dispatcher import make_collector
 from tests.helpers import subprocess_env
+from tests.helpers.records import unit_keys
 
 # The simulated cluster's hardware keys (tests/cluster/conftest.py).
 KEY_A, KEY_B, KEY_C, KEY_D = "cpu-sim_a-1c", "cpu-sim_b-1c", "cpu-sim_c-1c", "cpu-sim_d-1c"
@@ -331,17 +332,8 @@ except KeyboardInterrupt:
     with Corpus.open(tmp_path) as c:
         (run,) = c.runs()
         assert run["status"] == "interrupted"
-        statuses = {c.task_status(t, h, "replay-trace", 64) for t, h in _units(c)}
+        statuses = {c.task_status(t, h, "replay-trace", 64) for t, h in unit_keys(c)}
         assert "running" not in statuses and "interrupted" in statuses, statuses
-
-
-def _units(corpus):
-    import sqlalchemy as sa
-
-    from storage import index as ix
-
-    with ix.read(corpus.engine) as conn:
-        return [(r.workload_key, r.hardware_key) for r in conn.execute(sa.select(ix.task_status))]
 
 
 # ---------------------------------------------------------------------------------------------

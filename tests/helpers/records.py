@@ -77,6 +77,14 @@ def check_consistent(corpus) -> int:
     return total
 
 
+def unit_keys(corpus) -> list[tuple[str, str]]:
+    """(workload_key, hardware_key) of every collection unit the index has a status for."""
+    from storage import index as ix
+
+    with ix.read(corpus.engine) as conn:
+        return [(r.workload_key, r.hardware_key) for r in conn.execute(sa.select(ix.task_status))]
+
+
 def index_snapshot(corpus) -> tuple[list, list]:
     """The parts and records rows of the index, with part ids replaced by paths (for comparison)."""
     from storage import index as ix
