@@ -5,10 +5,11 @@ and every file says alike which machine (and how loaded) it was measured on.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 
 def percentile(xs: Iterable[float], q: float) -> float:
@@ -51,6 +52,19 @@ def shipped_path(path: str | os.PathLike) -> str:
     if os.path.commonpath([full, REPO]) == REPO:
         return os.path.relpath(full, REPO)
     return f"(outside the repository) {os.path.basename(full)}"
+
+
+def write_noted(res: dict, out: str, markdown: Callable[[dict], str], note: str | None) -> str:
+    """Write ``res`` (with ``note``, a paragraph on what limits the figures) as JSON to ``out``
+    and its Markdown beside it (``.md``); returns the Markdown."""
+    if note:
+        res["note"] = note
+    with open(out, "w") as fh:
+        json.dump(res, fh, indent=2)
+    md = markdown(res) + (f"\n{note}\n" if note else "")
+    with open(os.path.splitext(out)[0] + ".md", "w") as fh:
+        fh.write(md)
+    return md
 
 
 def machine(hardware: Any = None, **extra: Any) -> dict:

@@ -40,7 +40,7 @@ import os
 import re
 from typing import Any
 
-from bench._common import shipped_path
+from bench._common import shipped_path, write_noted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results", "expert_iteration.json")
@@ -151,14 +151,7 @@ def main() -> None:
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
     res = summarize(args.rounds, args.adapt_log, [tuple(v.split("=", 1)) for v in args.variant])
-    if args.note:
-        res["note"] = args.note
-    with open(args.out, "w") as fh:
-        json.dump(res, fh, indent=2)
-    md = markdown(res) + (f"\n{args.note}\n" if args.note else "")
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as fh:
-        fh.write(md)
-    print(md)
+    print(write_noted(res, args.out, markdown, args.note))
 
 
 if __name__ == "__main__":
