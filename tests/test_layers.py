@@ -31,10 +31,12 @@ ALLOWED = {
 #: and collectors.tuner: the generator and the closed loop measure generated schedules exactly
 #: as a search's candidates are measured, and the model-seeded search (tlm/service/seeded.py)
 #: hands its measured candidates to MetaSchedule's search (tlm never runs a search of its own);
-#: collectors.layout: the API tells a deployer which inputs a schedule reads in another layout.
+#: collectors.layout: the API tells a deployer which inputs a schedule reads in another layout;
+#: collectors.fast_import: the dataset build's sampling processes load the CPU intrinsics alone,
+#: as every CPU tuning process does.
 TLM_FROM_COLLECTORS = {"collectors.hardware", "collectors.tasks", "collectors.sketches", "collectors.tir",
                        "collectors.tuner", "collectors.zoo", "collectors.cost_model",
-                       "collectors.layout"}
+                       "collectors.layout", "collectors.fast_import"}
 #: tlm's rooms, lowest first: a room may import the rooms below it, never one above.
 TLM_ROOMS = ("tlm.language", "tlm.model", "tlm.service")
 #: What the language must run without (it is TVM only).

@@ -74,7 +74,7 @@ def test_a_driver_sigkilled_mid_job_leaves_no_ray_behind_and_a_rerun_finishes(tm
         n = corpus.stats()["records"]
     assert (lost, dup) == (0, 0) and units == ["done"] * 3, units
     fault_row("SIGKILL driver (Ray mode)", "tlm collect, after its first part was written; then the same "
-              f"command again", f"the {len(ray_procs)} Ray processes it started ended within {ended_s:.0f} s; the rerun finished "
+              "command again", f"the {len(ray_procs)} Ray processes it started ended within {ended_s:.0f} s; the rerun finished "
               f"the 3 units: {n} records, the {len(stored)} stored before the kill among them", lost, dup)
 
 
