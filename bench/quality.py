@@ -285,6 +285,11 @@ def plots(rows: list[dict], agg: dict, stem: str) -> list[str]:
     return [p1, p2]
 
 
+#: Every report points at the one table of what each quality lever gave (written by hand from the
+#: results files it names, since each lever is a different experiment).
+LEVERS_LINE = "Which quality lever gave what, each measured side by side: `bench/results/levers.md`."
+
+
 def report_md(res: dict) -> str:
     agg, rows = res.get("aggregate", {}), res.get("tasks", [])
     ref = agg.get("reference", "-")
@@ -292,7 +297,8 @@ def report_md(res: dict) -> str:
              f"Held-out zoo models {', '.join(res['held_out_models'])} and one ViT-B/16 layer (outside the zoo); "
              f"MetaSchedule evolutionary up to {res['trials']} trials; everything re-measured in one call per task "
              f"(3x3 runs, median, checked). Reference: `{ref}`. Greedy deterministic: {agg.get('deterministic_greedy')}"
-             f"; cost-model ranking deterministic: {agg.get('deterministic_ranked', '-')}.", ""]
+             f"; cost-model ranking deterministic: {agg.get('deterministic_ranked', '-')}.", "",
+             LEVERS_LINE, ""]
     ranking = (res.get("cost_model") or {}).get("held_out", {}).get("ranking")
     if ranking and not ranking.get("workloads"):
         lines += [f"Cost model (`{res['cost_model']['config']['hardware_key']}`): no held-out workload has records "
