@@ -46,6 +46,10 @@ class CostModelConfig:
 
     hardware_key: str
     exclude_workloads: tuple[str, ...] = ()  # never trained on (a held-out model's workloads)
+    #: other keys whose records train it too: a key with a small slice borrows what another CPU
+    #: measured of *which schedule of a task is faster* (each key's speeds compared only within
+    #: that key's own measurements of a workload, its features computed for its own target)
+    also_from: tuple[str, ...] = ()
     max_records_per_workload: int = 0  # 0: every record; else the fastest N and a spread of the rest
     with_errors: bool = True  # failed candidates are examples of what not to write (cost ~ 0)
     seed: int = 43  # XGBoost's seed: the same data gives the same model
@@ -59,6 +63,7 @@ class FitSummary:
     records: int = 0
     errors: int = 0
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    by_key: dict[str, int] = field(default_factory=dict)  # hardware key -> records trained on
     features_s: float = 0.0
     train_s: float = 0.0
 
@@ -148,6 +153,7 @@ class CostModel:
             meta = json.load(f)
         cfg = meta["config"]
         cfg["exclude_workloads"] = tuple(cfg.get("exclude_workloads") or ())
+        cfg["also_from"] = tuple(cfg.get("also_from") or ())
         xgb = XGBModel(num_warmup_samples=0, verbose_eval=0, adaptive_training=False)
         with warnings.catch_warnings():  # ... and read back as UBJSON
             warnings.simplefilter("ignore", UserWarning)
@@ -220,20 +226,40 @@ def _train_on_groups(xgb: Any) -> None:
 
 def _corpus_groups(corpus: Any, hardware: Hardware, config: CostModelConfig, summary: FitSummary, *,
                    progress: bool = False) -> Iterable[tuple[str, list[np.ndarray], np.ndarray]]:
-    """(workload key, features, costs) per workload of the key, from replayed stored traces."""
+    """(group, features, costs) per workload of the key, from replayed stored traces; then the
+    same for each key of ``config.also_from``, grouped apart (``WORKLOAD@KEY``), since speeds are
+    only comparable within one key's measurements of one workload."""
+    from collectors.hardware import hardware_for_key
+
+    rows = {w["workload_key"]: w for w in corpus.workloads()}
+    for key in (config.hardware_key, *config.also_from):
+        if key == hardware.key:
+            target = hardware
+        else:
+            info = corpus.hardware_info(key)
+            if info is None:
+                raise ValueError(f"the corpus has no hardware key {key!r} to learn from")
+            target = hardware_for_key(key, info)
+        before = summary.records
+        for wkey, feats, costs in _key_groups(corpus, key, target, rows, config, summary, progress=progress):
+            yield (wkey if key == config.hardware_key else f"{wkey}@{key}"), feats, costs
+        summary.by_key[key] = summary.records - before
+
+
+def _key_groups(corpus: Any, key: str, hardware: Hardware, rows: dict, config: CostModelConfig,
+                summary: FitSummary, *, progress: bool) -> Iterable[tuple[str, list[np.ndarray], np.ndarray]]:
+    """(workload key, features, costs) per workload measured on ``key`` (features for ``hardware``)."""
     from collectors.tasks import task_from_index
     from collectors.tir import schedule_of
 
-    table = corpus.scan({"hardware_key": config.hardware_key},
-                        columns=["workload_key", "trace_json", "latency_s", "error"])
+    table = corpus.scan({"hardware_key": key}, columns=["workload_key", "trace_json", "latency_s", "error"])
     by_workload = _by_workload(table.to_pylist())
     keys = sorted(set(by_workload) - set(config.exclude_workloads))
-    rows = {w["workload_key"]: w for w in corpus.workloads()}
     it: Iterable[str] = keys
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(keys, desc=f"cost model features ({config.hardware_key})", unit="task")
+        it = tqdm(keys, desc=f"cost model features ({key})", unit="task")
 
     def skip(reason: str) -> None:
         summary.skipped[reason] = summary.skipped.get(reason, 0) + 1

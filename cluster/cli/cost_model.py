@@ -1,12 +1,14 @@
 """``tlm cost-model``: train the cost model of a hardware key on a corpus, and judge it.
 
-    tlm cost-model fit --hardware KEY --out DIR [--held-out M1,M2|none] [--corpus DIR]
+    tlm cost-model fit --hardware KEY --out DIR [--held-out M1,M2|none] [--also-from KEY,...|all] [--corpus DIR]
 
 Trains MetaSchedule's XGBoost cost model on every record of ``KEY`` (``collectors.cost_model``),
 leaving out every workload of the held-out models (the same rule as ``tlm dataset build``), and
 writes ``cost_model.tar`` and ``cost_model.json`` into ``DIR``. Saved beside a model (its
 directory), the generator ranks that model's candidates with it and ``tlm collect --strategy
-tlm-seeded`` searches with it. Then, on the held-out workloads' measured records, it prints how
+tlm-seeded`` searches with it. ``--also-from`` adds other keys' records (each key's speeds
+compared within its own measurements of a workload): what a key with a small slice borrows from
+CPUs measured at length. Then, on the held-out workloads' measured records, it prints how
 well it ranks them (Spearman; the speed of its top-1 and best of top-5 relative to the best).
 """
 from __future__ import annotations
@@ -29,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f.add_argument("--held-out", default=",".join(HELD_OUT_MODELS),
                    help="comma-separated models whose workloads are never trained on (default: the zoo's "
                         "held-out models; 'none' trains on everything)")
+    f.add_argument("--also-from", default="", metavar="KEYS",
+                   help="comma-separated other hardware keys whose records train it too, or 'all' "
+                        "(every other key of the corpus); default: this key's records only")
     f.add_argument("--max-per-workload", type=int, default=0, metavar="N",
                    help="at most N records per workload (default 0: every record)")
     f.set_defaults(func=run_fit)
@@ -40,11 +45,14 @@ def run_fit(args: argparse.Namespace) -> int:
 
     if args.max_per_workload < 0:
         raise UsageError(f"--max-per-workload must be >= 0, got {args.max_per_workload}")
+    also = [k for k in args.also_from.split(",") if k.strip()]
     with user_errors(ValueError):
-        check_hardware_key(args.hardware)
+        for key in [args.hardware, *(k for k in also if k != "all")]:
+            check_hardware_key(key)
     held = held_out_models(args.held_out)
     with open_corpus(args) as corpus:
-        model, judged = fit_cost_model(corpus, args.hardware, held, max_per_workload=args.max_per_workload)
+        model, judged = fit_cost_model(corpus, args.hardware, held, max_per_workload=args.max_per_workload,
+                                       also_from=tuple(also))
     path = model.save(args.out)
     if judged and judged["workloads"]:
         print(f"held-out ({', '.join(held)}): {judged['workloads']} workloads, {judged['records']} records; "
@@ -55,27 +63,33 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def fit_cost_model(corpus: Any, hardware_key: str, held: tuple[str, ...], *, max_per_workload: int = 0,
-                   progress: bool = True) -> tuple[Any, dict | None]:
-    """The cost model of a key fitted on ``corpus`` (the held-out models' workloads left out) and
-    how well it ranks those held-out records (None when there are none); UsageError for a key
-    the corpus lacks. ``tlm cost-model fit`` and ``tlm adapt`` both fit through here."""
+                   also_from: tuple[str, ...] = (), progress: bool = True) -> tuple[Any, dict | None]:
+    """The cost model of a key fitted on ``corpus`` (the held-out models' workloads left out),
+    also on the records of the keys ``also_from`` (``("all",)``: every other key), and how well it
+    ranks this key's held-out records (None when there are none); UsageError for a key the corpus
+    lacks. ``tlm cost-model fit`` and ``tlm adapt`` both fit through here."""
     from collectors.cost_model import CostModel, CostModelConfig, evaluate
     from collectors.hardware import hardware_for_key
     from tlm.model.dataset import split_of
 
+    have = sorted(corpus.stats()["by_hardware"])
     info = corpus.hardware_info(hardware_key)
-    if info is None:
-        known = ", ".join(sorted(corpus.stats()["by_hardware"])) or "none"
-        raise UsageError(f"the corpus has no hardware key {hardware_key!r} (it has: {known})")
+    for key in (hardware_key, *(k for k in also_from if k != "all")):
+        if (corpus.hardware_info(key) if key != hardware_key else info) is None:
+            raise UsageError(f"the corpus has no hardware key {key!r} (it has: {', '.join(have) or 'none'})")
+    also = tuple(k for k in have if k != hardware_key) if "all" in also_from else \
+        tuple(dict.fromkeys(k for k in also_from if k != hardware_key))
     hardware = hardware_for_key(hardware_key, info)
     test = tuple(sorted(w["workload_key"] for w in corpus.workloads()
                         if split_of(sorted(w.get("models") or {}), held) == "test"))
-    config = CostModelConfig(hardware_key=hardware_key, exclude_workloads=test, max_records_per_workload=max_per_workload)
+    config = CostModelConfig(hardware_key=hardware_key, exclude_workloads=test, max_records_per_workload=max_per_workload,
+                             also_from=also)
     with user_errors(ValueError):
         model = CostModel.fit(corpus, hardware, config, progress=progress)
     s = model.summary
     print(f"cost model of {hardware_key}: {s.records} records of {s.workloads} workloads "
-          f"({s.errors} failures), features {s.features_s:.0f} s, training {s.train_s:.0f} s")
+          f"({s.errors} failures), features {s.features_s:.0f} s, training {s.train_s:.0f} s"
+          + (f"; records by key: {', '.join(f'{k} {n}' for k, n in s.by_key.items())}" if also else ""))
     judged = evaluate(model, corpus, hardware, test) if test else None
     model.held_out = {"models": list(held), "ranking": judged}
     return model, judged

@@ -96,3 +96,47 @@ def test_cli_mistakes_are_one_line_and_exit_2(trained, tmp_path, capsys, argv, m
     assert main(["cost-model", "fit", "--corpus", str(corpus.root), "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def two_keys(tmp_path_factory, znver4_hw):
+    """The Zen 4 records (matmul and softmax) and a Zen 3 slice holding only the softmax's."""
+    from collectors.hardware import hardware_from_index
+
+    tasks = small_tasks()
+    corpus = measured_corpus(tmp_path_factory.mktemp("cm2") / "corpus", tasks, znver4_hw)
+    zen3 = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}, "test CPU")
+    corpus.register_hardware(zen3.key, target=zen3.target, description="test CPU")
+    rows = corpus.scan({"hardware_key": znver4_hw.key, "workload_key": tasks["softmax"].workload_key}).to_pylist()
+    cols = ("workload_key", "task_name", "sketch_id", "trace_json", "decisions_json", "latency_s", "error",
+            "tuner", "tuner_params", "tvm_version", "run_secs")
+    corpus.append([{k: r[k] for k in cols} | {"hardware_key": zen3.key} for r in rows])
+    yield corpus, tasks, zen3
+    corpus.close()
+
+
+def test_other_keys_records_train_it_each_key_in_groups_of_its_own(two_keys, znver4_hw):
+    corpus, tasks, zen3 = two_keys
+    alone = CostModel.fit(corpus, zen3, CostModelConfig(hardware_key=zen3.key))
+    assert alone.summary.workloads == 1 and alone.summary.by_key == {zen3.key: 24}
+    both = CostModel.fit(corpus, zen3, CostModelConfig(hardware_key=zen3.key, also_from=(znver4_hw.key,)))
+    assert both.summary.by_key == {zen3.key: 24, znver4_hw.key: 48} and both.summary.workloads == 3
+    soft = tasks["softmax"].workload_key
+    assert set(both.xgb.data) == {soft, f"{soft}@{znver4_hw.key}", f"{tasks['matmul'].workload_key}@{znver4_hw.key}"}
+    # what Zen 4 measured of the matmul now ranks the matmul's schedules for the Zen 3
+    report = evaluate(both, corpus, znver4_hw, [tasks["matmul"].workload_key])
+    assert report["spearman_mean"] > 0.5, report
+
+
+def test_cli_also_from_all_and_its_mistakes(two_keys, tmp_path, capsys):
+    from cluster.cli import main
+
+    corpus, _, zen3 = two_keys
+    argv = ["cost-model", "fit", "--corpus", str(corpus.root), "--hardware", zen3.key, "--held-out", "none"]
+    assert main([*argv, "--out", str(tmp_path / "m"), "--also-from", "all"]) == 0
+    assert "records by key: cpu-znver3-2c 24, cpu-znver4-2c 48" in capsys.readouterr().out
+    assert CostModel.load(str(tmp_path / "m")).config.also_from == ("cpu-znver4-2c",)
+    assert main([*argv, "--out", str(tmp_path / "n"), "--also-from", "cpu-nosuchcpu-2c"]) == 2
+    err = capsys.readouterr().err
+    assert "has no hardware key 'cpu-nosuchcpu-2c' (it has: cpu-znver3-2c, cpu-znver4-2c)" in err
+    assert "Traceback" not in err
