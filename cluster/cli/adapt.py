@@ -15,9 +15,11 @@ On this machine (its hardware key is detected, never typed):
    base is wrong for this CPU, its candidates are the mistakes worth correcting;
 3. **fine-tune** the base on this key's records (the fastest 4 per task and sketch, each weighted by
    best/latency) with Ray Train, and register it for the key: ``tlm serve`` then answers with it;
-4. **its cost model**, once the key has ``MIN_COST_MODEL_RECORDS`` records: MetaSchedule's XGBoost
-   model fitted on them and saved beside the model, so served schedules are ranked; with fewer, the
-   model is served greedy (a cost model fitted on a thousand of its own candidates ranked worse).
+4. **its cost model**: MetaSchedule's XGBoost model fitted on this key's records *and every other
+   key's* in the corpus (each key's speeds compared within its own measurements), saved beside the
+   model, so served schedules are ranked; with fewer than ``MIN_COST_MODEL_RECORDS`` records in all,
+   the model is served greedy (a cost model fitted on a thousand of the key's own candidates alone
+   ranked worse than the greedy program; with the other keys' it ranks better).
 
 A progress bar covers each phase; before measuring it prints an estimate from the measured rate of
 the first task. User mistakes (a held-out or unknown model, a bad number) exit 2 in one line.
@@ -33,10 +35,11 @@ from typing import Any
 from cluster.cli.options import UsageError, add_corpus_options, at_least_one, comma_list, corpus_root, index_url, user_errors
 
 DEFAULT_MODELS = ("resnet50", "efficientnet_b0")
-#: Below it the adapted model is served greedy, without a cost model. Measured on cpu-znver4-2c
-#: (bench/results/hardware.json): fitted on the ~1,000 beam candidates of one adapt run, a cost
-#: model's pick was 0.35x the own model where the greedy program was 1.16x; fitted on 1,681 records
-#: of a search it helped (1.00x against 0.45x greedy).
+#: Below it (the key's measured records and every other key's together) the adapted model is served
+#: greedy, without a cost model. Measured on cpu-znver4-2c: fitted on the ~1,000 beam candidates of
+#: one adapt run alone, a cost model's pick was 0.35x the own model where the greedy program was
+#: 1.16x (bench/results/hardware.json); fitted on the key's 2.7K records and the other keys' 17.6K,
+#: its pick beat the greedy program for the adapted model (bench/results/cost_model_keys/).
 MIN_COST_MODEL_RECORDS = 2000
 
 
@@ -110,18 +113,30 @@ def run_adapt(args: argparse.Namespace) -> int:
         n = _measure(corpus, hw, base, tasks, args)
         name = args.name or f"adapt-{hw.key}-{args.measurements}"
         model_dir = _finetune(corpus, hw, base, name, args)
-        records = corpus.stats()["by_hardware"].get(hw.key, {}).get("ok", 0)
-        if records >= MIN_COST_MODEL_RECORDS:
-            from cluster.cli.cost_model import fit_cost_model
-
-            cost_model, _ = fit_cost_model(corpus, hw.key, HELD_OUT_MODELS, progress=not args.no_progress)
+        cost_model = fit_ranker(corpus, hw.key, progress=not args.no_progress)
+        if cost_model is not None:
             cost_model.save(model_dir)
-        else:
-            print(f"no cost model: {records} measured records of {hw.key}, fewer than {MIN_COST_MODEL_RECORDS} "
-                  "(fitted on fewer it ranked worse than the greedy program); served greedy", file=sys.stderr)
     print(f"adapted {name} for {hw.key} in {(time.perf_counter() - t0) / 60:.1f} min ({n} new measurements); "
           f"serve it: tlm serve --corpus {corpus_root(args)}")
     return 0
+
+
+def fit_ranker(corpus: Any, key: str, *, progress: bool = True) -> Any:
+    """The adapted model's cost model: fitted on ``key``'s records and every other key's (the
+    held-out models' workloads left out), or None (said on stderr) when all of them together are
+    fewer than :data:`MIN_COST_MODEL_RECORDS`: then the model is served greedy."""
+    from cluster.cli.cost_model import fit_cost_model
+    from collectors.zoo import HELD_OUT_MODELS
+
+    by_key = corpus.stats()["by_hardware"]
+    records = sum(v.get("ok", 0) for v in by_key.values())
+    if records < MIN_COST_MODEL_RECORDS:
+        print(f"no cost model: {records} measured records ({by_key.get(key, {}).get('ok', 0)} of {key}), fewer than "
+              f"{MIN_COST_MODEL_RECORDS} (fitted on fewer it ranked worse than the greedy program); served greedy",
+              file=sys.stderr)
+        return None
+    cost_model, _ = fit_cost_model(corpus, key, HELD_OUT_MODELS, also_from=("all",), progress=progress)
+    return cost_model
 
 
 def _chosen_tasks(models: tuple[str, ...], hw: Any, args: argparse.Namespace) -> list:

@@ -140,3 +140,17 @@ def test_cli_also_from_all_and_its_mistakes(two_keys, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "has no hardware key 'cpu-nosuchcpu-2c' (it has: cpu-znver3-2c, cpu-znver4-2c)" in err
     assert "Traceback" not in err
+
+
+def test_adapt_ranks_with_every_keys_records_once_there_are_enough(two_keys, monkeypatch, capsys):
+    """``tlm adapt``'s cost model: the new key's records and the other keys' together, or none
+    (served greedy) below the threshold counted over all of them."""
+    from cluster.cli import adapt
+
+    corpus, _, zen3 = two_keys
+    monkeypatch.setattr(adapt, "MIN_COST_MODEL_RECORDS", 73)
+    assert adapt.fit_ranker(corpus, zen3.key, progress=False) is None
+    assert "no cost model: 72 measured records (24 of cpu-znver3-2c), fewer than 73" in capsys.readouterr().err
+    monkeypatch.setattr(adapt, "MIN_COST_MODEL_RECORDS", 72)
+    ranker = adapt.fit_ranker(corpus, zen3.key, progress=False)
+    assert ranker.summary.by_key == {zen3.key: 24, "cpu-znver4-2c": 48}
