@@ -35,6 +35,8 @@ def test_quick_demo_end_to_end(tmp_path):
         for name in ("tlm_top1", f"tlm_best_of_{k}", f"ms_{k}", f"ms_{4 * k}", "rules", "torch_eager"):
             assert t["methods"][name]["latency_s"] > 0, (t["task"], name, t["methods"].get(name))
         assert t["methods"][f"tlm_best_of_{k}"]["candidates"] >= 1
+        # a base with a cost model: the served (ranked) top-1 is judged beside the greedy program
+        assert ("tlm_greedy" in t["methods"]) == bool(report["ranked_by"])
     whole = report["whole_model"]
     assert whole["correct"] and whole["scheduled"] == whole["tasks"] > 10
     assert all(v > 0 for v in whole["latency"].values())

@@ -12,18 +12,21 @@ Each step with real parts (a local Ray, a SQLite index, a local Parquet corpus u
 2. collect a small fresh corpus of ``--collect-model`` with MetaSchedule in Ray collector
    actors (every candidate measured and checked; running the demo again skips what is done);
 3. build the training sentences and fine-tune the base on them with Ray Train (registered in
-   the corpus's index for this hardware key);
+   the corpus's index for this hardware key); the base's cost model, when it ships one, goes
+   beside the new model, so the server ranks its candidates (a cost model learnt on another
+   CPU still ranks this one's schedules better than the model's likelihood: bench/results/hardware.md);
 4. start the schedule server (Ray Serve, 127.0.0.1, an ephemeral port) with that corpus;
 5. for the heaviest tasks of ``--held-out`` (a model absent from the corpus), ask the server
-   over HTTP for its top-1 and its top-k, run MetaSchedule at a matched budget (k trials) and
+   over HTTP for its top-1 and its top-k (and, when it ranks, its greedy program too), run MetaSchedule at a matched budget (k trials) and
    a larger one (4k), the rule baseline and PyTorch eager, then re-measure every schedule in
    one call per task (one evaluator setting, correctness-checked) and print the table: latency
    and the time it took to get the schedule, per method;
 6. compile the whole held-out model with the server's top-1 schedules, check its output
-   against PyTorch and time it beside the untuned build and PyTorch eager.
+   against PyTorch and time it beside the untuned build and PyTorch eager (and, when the server
+   ranks, beside the same model built from its greedy programs; ``--quick`` builds only those).
 
-The default takes about 6 minutes on 2 cores (small model variants: 32x32 images, sequence 8);
-``--quick`` (about 2.5 minutes, what CI runs) shrinks every budget. Small variants make per-call
+The default takes about 10 minutes on 2 cores (small model variants: 32x32 images, sequence 8);
+``--quick`` (about 4 minutes, what CI runs) shrinks every budget. Small variants make per-call
 overhead dominate (PyTorch eager most of all): read the timings as a working pipeline, and
 ``bench/quality.py`` for the quality evidence.
 """
@@ -50,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="run the whole system on this machine (the main job)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", default="work/demo", help="where the corpus, models and report go (default work/demo)")
-    p.add_argument("--quick", action="store_true", help="every budget shrunk (about 2.5 minutes; what CI runs)")
+    p.add_argument("--quick", action="store_true", help="every budget shrunk (about 4 minutes; what CI runs)")
     p.add_argument("--collect-model", default="resnet50", help="zoo model the fresh corpus is collected from")
     p.add_argument("--held-out", default=HELD_OUT_MODELS[0],
                    help=f"zoo model absent from the corpus: served and compiled (default {HELD_OUT_MODELS[0]})")
@@ -135,8 +138,9 @@ def _demo(args: argparse.Namespace, b: dict) -> int:
         return 1
 
     _step(3, f"fine-tune ({b['steps']} steps, Ray Train)")
-    model_id = _train(corpus_dir, work, hw, base, b["steps"], args.seed)
+    model_id, model_dir = _train(corpus_dir, work, hw, base, b["steps"], args.seed)
     report["model_id"] = model_id
+    report["ranked_by"] = _ranker_from_base(base, model_dir)
 
     _step(4, "start the schedule server")
     from ray import serve
@@ -151,10 +155,12 @@ def _demo(args: argparse.Namespace, b: dict) -> int:
     try:
         held = tasks_for_models([args.held_out], hw, **zoo)
         _step(5, f"{args.held_out} (held out): {b['judge_tasks']} heaviest of {len(held)} tasks, every method judged")
-        report["tasks"] = _judge_tasks(url, hw, held[: b["judge_tasks"]], b["k"])
+        report["tasks"] = _judge_tasks(url, hw, held[: b["judge_tasks"]], b["k"], greedy=bool(report["ranked_by"]))
         _print_table(report["tasks"], b["k"])
         _step(6, f"compile {args.held_out} with the server's schedules")
-        report["whole_model"] = _compile(url, hw, args.held_out, zoo, held)
+        # ranking every task of the whole model costs seconds a task: --quick compiles greedy only
+        report["whole_model"] = _compile(url, hw, args.held_out, zoo, held,
+                                         ranked=bool(report["ranked_by"]) and not args.quick)
     finally:
         serve.shutdown()  # the demo's Ray is shut down by run_demo
     with Corpus.open(str(corpus_dir)) as corpus:
@@ -192,7 +198,7 @@ def _base_model(hw: Any) -> tuple[Any, str]:
     return entry, why
 
 
-def _train(corpus_dir: Path, work: Path, hw: Any, base: Any, steps: int, seed: int) -> str:
+def _train(corpus_dir: Path, work: Path, hw: Any, base: Any, steps: int, seed: int) -> tuple[str, str]:
     from cluster.train_job import TrainJob, run_training
     from storage import Corpus
     from tlm.model.dataset import DatasetConfig, build_datasets
@@ -223,7 +229,28 @@ def _train(corpus_dir: Path, work: Path, hw: Any, base: Any, steps: int, seed: i
     loss = f"last training loss {m['train_loss']:.3f}" if isinstance(m.get("train_loss"), float) else "no loss reported"
     print(f"{res.model_id}: {m.get('step')} steps in {res.wall_s:.0f} s, {loss} (no held-out split: the fresh "
           "corpus holds one model; the held-out model is judged below)")
-    return res.model_id
+    return res.model_id, res.path
+
+
+def _ranker_from_base(base: Any, model_dir: str) -> str | None:
+    """Copy the base model's cost model (if it has one) beside the fine-tuned model; which
+    records it learnt from, or None (the server then answers with the greedy program)."""
+    import shutil
+
+    from collectors.cost_model import COST_MODEL_FILE, META_FILE
+
+    src = os.path.join(base.path, COST_MODEL_FILE) if base is not None else ""
+    if not os.path.exists(src):
+        print("no cost model to rank with: the server answers with the model's greedy program")
+        return None
+    for name in (COST_MODEL_FILE, META_FILE):
+        shutil.copy2(os.path.join(base.path, name), os.path.join(model_dir, name))
+    with open(os.path.join(model_dir, META_FILE)) as fh:
+        meta = json.load(fh)
+    keys = [meta["config"]["hardware_key"], *(meta["config"].get("also_from") or ())]
+    what = f"{meta['summary'].get('records', '?')} records of {', '.join(keys)} ({base.model_id}'s cost model)"
+    print(f"candidates ranked by a cost model fitted on {what}")
+    return what
 
 
 def _free_port() -> int:
@@ -232,9 +259,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _judge_tasks(url: str, hw: Any, tasks: list, k: int) -> list[dict]:
-    """Per task: the server's top-1 and top-k (over HTTP), MetaSchedule at k and 4k trials, the
-    rules; all re-measured in one call (collectors.judge) beside PyTorch eager."""
+def _judge_tasks(url: str, hw: Any, tasks: list, k: int, *, greedy: bool = False) -> list[dict]:
+    """Per task: the server's top-1 and top-k (over HTTP; with ``greedy``, its unranked greedy
+    program too), MetaSchedule at k and 4k trials, the rules; all re-measured in one call
+    (collectors.judge) beside PyTorch eager."""
     from rich.progress import Progress
 
     from collectors.judge import Method, judge, rules_method, search_methods
@@ -249,9 +277,10 @@ def _judge_tasks(url: str, hw: Any, tasks: list, k: int) -> list[dict]:
         for task in tasks:
             bar.update(job, description=task.task_name)
             methods = {}
-            for name, kk in (("tlm_top1", 1), (f"tlm_best_of_{k}", k)):
+            asks = [("tlm_top1", 1, True), (f"tlm_best_of_{k}", k, True)] + ([("tlm_greedy", 1, False)] if greedy else [])
+            for name, kk, rank in asks:
                 t0 = time.perf_counter()
-                r = client.schedules(task.tvmscript, hw.key, k=kk)
+                r = client.schedules(task.tvmscript, hw.key, k=kk, rank=rank)
                 methods[name] = Method([schedule_of(task.mod, c.trace, checked=True) for c in r.candidates],
                                        time.perf_counter() - t0, measured=kk > 1)
             search = search_methods(task, hw, 4 * k, budgets=(k,))
@@ -268,10 +297,10 @@ def _print_table(rows: list[dict], k: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    order = {"tlm_top1": "TLM top-1", f"tlm_best_of_{k}": f"TLM best-{k}", f"ms_{k}": f"MS@{k}",
+    order = {"tlm_top1": "TLM top-1", "tlm_greedy": "TLM greedy", f"tlm_best_of_{k}": f"TLM best-{k}", f"ms_{k}": f"MS@{k}",
              f"ms_{4 * k}": f"MS@{4 * k}", "rules": "rules", "torch_eager": "eager"}
     table = Table(title="latency us / time to get the schedule s (re-measured in one call per task)")
-    table.add_column("task")
+    table.add_column("task", no_wrap=True, min_width=10)
     for n in order.values():
         table.add_column(n, justify="right", no_wrap=True)
     for r in rows:
@@ -280,10 +309,16 @@ def _print_table(rows: list[dict], k: int) -> None:
             m = r["methods"].get(n)
             cells.append("-" if not m or not m["latency_s"] else f"{m['latency_s'] * 1e6:.0f}/{m['time_s']:.1f}")
         table.add_row(r["task"], *cells)
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # a log or a pipe: wide enough for every column, not rich's 80
+        console = Console(width=120)
+    console.print(table)
 
 
-def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list) -> dict:
+def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: bool) -> dict:
+    """Build the whole model with the server's top-1 schedules and time it beside the untuned
+    build and PyTorch eager; with ``ranked``, also with the greedy programs (``rank: false``),
+    side by side: which answer makes the faster model is measured, not assumed."""
     import numpy as np
 
     from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
@@ -293,24 +328,34 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list) -> dict:
 
     module, example = build_model(model, **zoo)
     relax_mod = import_relax(module, example)
+    want = torch_output(module, example)
     from rich.progress import Progress
 
-    t0 = time.perf_counter()
-    with Progress(transient=True) as bar:
-        job = bar.add_task("scheduling over HTTP", total=len(tasks))
-        chosen = schedule_tasks(tasks, hw, endpoint_source(url, hw.key), progress=lambda ts: bar.advance(job))
-    gen_s = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
-    build_s = time.perf_counter() - t1
-    got, want = run_model(tuned, example, hw), torch_output(module, example)
-    correct = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
-    lat = {"tlm_s": time_model(tuned, example, hw), "untuned_s": time_model(compile_model(relax_mod, hw), example, hw),
-           "torch_eager_s": time_torch(module, example, threads=hw.cores)}
-    scheduled = sum(1 for c in chosen if c.trace is not None)
-    print(f"{model}: {scheduled}/{len(tasks)} tasks scheduled over HTTP in {gen_s:.1f} s, built in {build_s:.1f} s; "
-          f"output vs PyTorch {'ok' if correct else 'MISMATCH'} (max abs err {float(np.max(np.abs(got - want))):.1e})")
-    print(f"latency: TLM {lat['tlm_s'] * 1e3:.3f} ms | untuned TVM {lat['untuned_s'] * 1e3:.3f} ms | "
+    out: dict[str, Any] = {"tasks": len(tasks), "ranked": ranked, "correct": True, "latency": {}}
+    for name, rank in ([("tlm", True), ("tlm_greedy", False)] if ranked else [("tlm", False)]):
+        t0 = time.perf_counter()
+        with Progress(transient=True) as bar:
+            job = bar.add_task(f"scheduling over HTTP ({'ranked' if rank else 'greedy'})", total=len(tasks))
+            chosen = schedule_tasks(tasks, hw, endpoint_source(url, hw.key, rank=rank),
+                                    progress=lambda ts: bar.advance(job))
+        gen_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
+        build_s = time.perf_counter() - t1
+        got = run_model(tuned, example, hw)
+        correct = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+        scheduled = sum(1 for c in chosen if c.trace is not None)
+        print(f"{model}: {scheduled}/{len(tasks)} tasks scheduled over HTTP ({'ranked' if rank else 'greedy'}) in "
+              f"{gen_s:.1f} s, built in {build_s:.1f} s; output vs PyTorch {'ok' if correct else 'MISMATCH'} "
+              f"(max abs err {float(np.max(np.abs(got - want))):.1e})")
+        out["correct"] &= correct
+        out.setdefault("scheduled", scheduled)
+        out[f"{name}_generate_s"], out[f"{name}_build_s"] = gen_s, build_s
+        out["latency"][f"{name}_s"] = time_model(tuned, example, hw)
+    lat = out["latency"]
+    lat |= {"untuned_s": time_model(compile_model(relax_mod, hw), example, hw),
+            "torch_eager_s": time_torch(module, example, threads=hw.cores)}
+    greedy = f" | TLM greedy {lat['tlm_greedy_s'] * 1e3:.3f} ms" if ranked else ""
+    print(f"latency: TLM {lat['tlm_s'] * 1e3:.3f} ms{greedy} | untuned TVM {lat['untuned_s'] * 1e3:.3f} ms | "
           f"PyTorch eager {lat['torch_eager_s'] * 1e3:.3f} ms")
-    return {"tasks": len(tasks), "scheduled": scheduled, "generate_s": gen_s, "build_s": build_s, "correct": correct,
-            "latency": lat}
+    return out
