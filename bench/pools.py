@@ -37,10 +37,13 @@ def pools_of(task: Any, hw: Any, model: Any, tok: Any, beams: int, samples: int)
     sketches = live_sketches(space)
     prompts = [prompt_tokens(space, s) for s in sketches]
     greedy = likelihood_ranked(model, tok, prompts, sketches, decode_prompts(model, tok, task, hw, prompts, 1))
-    out = {"greedy": greedy,
-           f"beams_{beams}": likelihood_ranked(model, tok, prompts, sketches, decode_prompts(model, tok, task, hw, prompts, beams)),
-           f"samples_{samples}": likelihood_ranked(model, tok, prompts, sketches,
-                                         decode_prompts(model, tok, task, hw, prompts, samples, sample=True))}
+    out = {"greedy": greedy}
+    if beams:
+        out[f"beams_{beams}"] = likelihood_ranked(model, tok, prompts, sketches,
+                                                  decode_prompts(model, tok, task, hw, prompts, beams))
+    if samples:
+        out[f"samples_{samples}"] = likelihood_ranked(model, tok, prompts, sketches,
+                                                      decode_prompts(model, tok, task, hw, prompts, samples, sample=True))
     for name in list(out)[1:]:  # every pool holds the greedy programs too, as the ranked generator's does
         seen = {c.text for c in out[name]}
         out[name] = out[name] + [c for c in greedy if c.text not in seen]
@@ -73,6 +76,12 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, ranker: Any, beams: int, 
                               "fastest": max(speed(t) for t in ok) if ok else None,
                               "cost_model_pick": speed(max(texts, key=lambda t: pred[t])),
                               "likelihood_pick": speed(texts[0])}
+    # every measured program, so that another ranking of the same pools is judged without measuring
+    # again (bench/rankers.py): its sentence, latency (None: failed), likelihood score, cost-model score
+    row["candidates"] = [{"text": c.text, "sketch_id": c.sketch_id, "latency_s": lat[c.text], "logprob": c.logprob,
+                          "n_tokens": c.n_tokens, "score": c.score, "predicted": float(pred[c.text]),
+                          "pools": [n for n, pool in pools.items() if any(p.text == c.text for p in pool)]}
+                         for c in cands]
     return row
 
 
@@ -83,8 +92,8 @@ def main() -> None:
     ap.add_argument("--cost-model", default=None, help="cost model directory (default: each model's own)")
     ap.add_argument("--corpus", default=CORPUS)
     ap.add_argument("--tasks", type=int, default=6)
-    ap.add_argument("--beams", type=int, default=16)
-    ap.add_argument("--samples", type=int, default=32)
+    ap.add_argument("--beams", type=int, default=16, help="beams per sketch (0: no beam pool)")
+    ap.add_argument("--samples", type=int, default=32, help="seeded samples per sketch (0: no sample pool)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "pools.json"))
     args = ap.parse_args()
 

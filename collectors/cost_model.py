@@ -38,6 +38,8 @@ COST_MODEL_FILE = "cost_model.tar"
 META_FILE = "cost_model.json"
 #: The cost MetaSchedule gives a failed candidate (its ``_mean_cost``): ratio to the best ~ 0.
 FAILED_COST = 1e10
+#: The training objectives a cost model can have (``CostModelConfig.objective``).
+OBJECTIVES = ("metaschedule", "pairwise")
 
 
 @dataclass
@@ -53,6 +55,17 @@ class CostModelConfig:
     max_records_per_workload: int = 0  # 0: every record; else the fastest N and a spread of the rest
     with_errors: bool = True  # failed candidates are examples of what not to write (cost ~ 0)
     seed: int = 43  # XGBoost's seed: the same data gives the same model
+    #: what the booster learns: "metaschedule" (MetaSchedule's own: squared error on best/latency,
+    #: each record weighted by that ratio, so slow programs barely count) or "pairwise" (within
+    #: each workload, every pair of records ordered, each pair weighted by the gap between their
+    #: speeds: a slow program scored above a fast one costs the most, which is what ranking a
+    #: model's pool, slow samples among them, needs)
+    objective: str = "metaschedule"
+    rounds: int = 300  # boosting rounds of the "pairwise" objective (metaschedule stops on its own)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown cost model objective {self.objective!r} (accepted: {', '.join(OBJECTIVES)})")
 
 
 @dataclass
@@ -99,7 +112,7 @@ class CostModel:
         if not xgb.data:
             raise ValueError(f"the corpus holds no usable record of {config.hardware_key} to train a cost model on")
         t1 = time.perf_counter()
-        _train_on_groups(xgb)
+        _train_on_groups(xgb, config)
         summary.train_s = time.perf_counter() - t1
         logger.info("cost model of %s: %d records of %d workloads, features %.0f s, training %.0f s",
                     config.hardware_key, summary.records, summary.workloads, summary.features_s, summary.train_s)
@@ -212,16 +225,57 @@ def features_of(task: Task, hardware: Hardware, schedules: Sequence[Any]) -> lis
     return [x.numpy().astype("float32") for x in extractor.extract_from(ctx, cands)]
 
 
-def _train_on_groups(xgb: Any) -> None:
+def _train_on_groups(xgb: Any, config: CostModelConfig) -> None:
     """Train the booster once on every group, with the normalisation ``XGBModel.update`` uses
     (group min cost / cost). ``update`` takes one task's candidates at a time and retrains on
     each call; a corpus has hundreds of tasks, so the groups are filled first and trained once."""
-    feats = [f for g in xgb.data.values() for f in g.features]
+    groups = list(xgb.data.values())
+    feats = [f for g in groups for f in g.features]
     with np.errstate(divide="ignore", invalid="ignore"):
         ys = np.concatenate([np.divide(g.min_cost, g.costs, out=np.zeros_like(g.costs), where=g.costs != 0)
-                             for g in xgb.data.values()])
-    xgb._train(xs=feats, ys=ys)  # noqa: SLF001 - XGBModel has no public bulk fit
+                             for g in groups])
+    if config.objective == "pairwise":
+        sizes = np.asarray([len(g.features) for g in groups])
+        xgb.booster = _train_pairwise(xgb.config.to_dict(), feats, ys, sizes, config.rounds)
+    else:
+        xgb._train(xs=feats, ys=ys)  # noqa: SLF001 - XGBModel has no public bulk fit
     xgb.last_train_size = xgb.data_size
+
+
+def _train_pairwise(params: dict, feats: list[np.ndarray], ys: np.ndarray, sizes: np.ndarray, rounds: int) -> Any:
+    """A booster in MetaSchedule's pack-sum form (a program's score is the sum of its stores'
+    scores, so ``XGBModel._predict`` reads it as is) trained on a pairwise logistic loss within
+    each group: for records i faster than j, log(1 + exp(-(s_i - s_j))) weighted by the gap of
+    their speed ratios, each group's pairs summing to its count of records. MetaSchedule's own loss
+    weights a record by its speed, so a program 100x off the best teaches almost nothing, and
+    a pool of sampled programs (slow ones among them) gets its slow ones scored at random."""
+    import xgboost as xgb
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum
+
+    pack = PackSum(xs=feats, ys=ys)
+    pack.dmatrix.set_weight(np.ones(pack.dmatrix.num_row(), dtype="float32"))
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    pairs = []  # per group: (start, end, pair weights W[i, j] > 0 where i is faster than j)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        y = ys[a:b].astype("float64")
+        w = np.clip(y[:, None] - y[None, :], 0.0, None)
+        total = w.sum()
+        if total > 0:
+            pairs.append((a, b, w * (len(y) / total)))  # a group weighs as many records as it holds
+
+    def objective(row_pred: np.ndarray, _dtrain: Any) -> tuple[np.ndarray, np.ndarray]:
+        s = pack.predict_with_score(row_pred)
+        grad, hess = np.zeros_like(s), np.zeros_like(s)
+        for a, b, w in pairs:
+            d = s[a:b, None] - s[None, a:b]  # s_i - s_j
+            sig = 1.0 / (1.0 + np.exp(np.clip(d, -50, 50)))  # d loss / d(s_i - s_j) = -sig
+            g, h = w * sig, w * sig * (1.0 - sig)
+            grad[a:b] += g.sum(0) - g.sum(1)
+            hess[a:b] += h.sum(0) + h.sum(1)
+        return grad[pack.ids], np.maximum(hess, 1e-6)[pack.ids]
+
+    params = {**params, "disable_default_eval_metric": 1}
+    return xgb.train(params, pack.dmatrix, num_boost_round=rounds, obj=objective)
 
 
 def _corpus_groups(corpus: Any, hardware: Hardware, config: CostModelConfig, summary: FitSummary, *,

@@ -1,6 +1,7 @@
 """``tlm cost-model``: train the cost model of a hardware key on a corpus, and judge it.
 
-    tlm cost-model fit --hardware KEY --out DIR [--held-out M1,M2|none] [--also-from KEY,...|all] [--corpus DIR]
+    tlm cost-model fit --hardware KEY --out DIR [--held-out M1,M2|none] [--also-from KEY,...|all]
+                       [--objective metaschedule|pairwise] [--corpus DIR]
 
 Trains MetaSchedule's XGBoost cost model on every record of ``KEY`` (``collectors.cost_model``),
 leaving out every workload of the held-out models (the same rule as ``tlm dataset build``), and
@@ -8,7 +9,9 @@ writes ``cost_model.tar`` and ``cost_model.json`` into ``DIR``. Saved beside a m
 directory), the generator ranks that model's candidates with it and ``tlm collect --strategy
 tlm-seeded`` searches with it. ``--also-from`` adds other keys' records (each key's speeds
 compared within its own measurements of a workload): what a key with a small slice borrows from
-CPUs measured at length. Then, on the held-out workloads' measured records, it prints how
+CPUs measured at length. ``--objective pairwise`` learns the order of each workload's records
+with every pair weighted by their speed gap, instead of MetaSchedule's loss, which weights a
+record by its speed and so hardly learns what makes a slow program slow. Then, on the held-out workloads' measured records, it prints how
 well it ranks them (Spearman; the speed of its top-1 and best of top-5 relative to the best).
 """
 from __future__ import annotations
@@ -34,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f.add_argument("--also-from", default="", metavar="KEYS",
                    help="comma-separated other hardware keys whose records train it too, or 'all' "
                         "(every other key of the corpus); default: this key's records only")
+    f.add_argument("--objective", default="metaschedule",
+                   help="what the booster learns: metaschedule (default: MetaSchedule's own loss) or pairwise")
     f.add_argument("--max-per-workload", type=int, default=0, metavar="N",
                    help="at most N records per workload (default 0: every record)")
     f.set_defaults(func=run_fit)
@@ -52,7 +57,7 @@ def run_fit(args: argparse.Namespace) -> int:
     held = held_out_models(args.held_out)
     with open_corpus(args) as corpus:
         model, judged = fit_cost_model(corpus, args.hardware, held, max_per_workload=args.max_per_workload,
-                                       also_from=tuple(also))
+                                       also_from=tuple(also), objective=args.objective)
     path = model.save(args.out)
     if judged and judged["workloads"]:
         print(f"held-out ({', '.join(held)}): {judged['workloads']} workloads, {judged['records']} records; "
@@ -63,10 +68,12 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def fit_cost_model(corpus: Any, hardware_key: str, held: tuple[str, ...], *, max_per_workload: int = 0,
-                   also_from: tuple[str, ...] = (), progress: bool = True) -> tuple[Any, dict | None]:
+                   also_from: tuple[str, ...] = (), objective: str = "metaschedule",
+                   progress: bool = True) -> tuple[Any, dict | None]:
     """The cost model of a key fitted on ``corpus`` (the held-out models' workloads left out),
     also on the records of the keys ``also_from`` (``("all",)``: every other key), and how well it
-    ranks this key's held-out records (None when there are none); UsageError for a key the corpus
+    ranks this key's held-out records (None when there are none), trained with ``objective``
+    (``collectors.cost_model.OBJECTIVES``); UsageError for a key the corpus
     lacks. ``tlm cost-model fit`` and ``tlm adapt`` both fit through here."""
     from collectors.cost_model import CostModel, CostModelConfig, evaluate
     from collectors.hardware import hardware_for_key
@@ -82,9 +89,9 @@ def fit_cost_model(corpus: Any, hardware_key: str, held: tuple[str, ...], *, max
     hardware = hardware_for_key(hardware_key, info)
     test = tuple(sorted(w["workload_key"] for w in corpus.workloads()
                         if split_of(sorted(w.get("models") or {}), held) == "test"))
-    config = CostModelConfig(hardware_key=hardware_key, exclude_workloads=test, max_records_per_workload=max_per_workload,
-                             also_from=also)
     with user_errors(ValueError):
+        config = CostModelConfig(hardware_key=hardware_key, exclude_workloads=test,
+                                 max_records_per_workload=max_per_workload, also_from=also, objective=objective)
         model = CostModel.fit(corpus, hardware, config, progress=progress)
     s = model.summary
     print(f"cost model of {hardware_key}: {s.records} records of {s.workloads} workloads "

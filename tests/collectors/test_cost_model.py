@@ -154,3 +154,29 @@ def test_adapt_ranks_with_every_keys_records_once_there_are_enough(two_keys, mon
     monkeypatch.setattr(adapt, "MIN_COST_MODEL_RECORDS", 72)
     ranker = adapt.fit_ranker(corpus, zen3.key, progress=False)
     assert ranker.summary.by_key == {zen3.key: 24, "cpu-znver4-2c": 48}
+
+
+def test_pairwise_objective_learns_the_order_and_loads_as_metaschedules_format(trained, znver4_hw, tmp_path):
+    _, corpus, tasks = trained
+    model = CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key=znver4_hw.key, objective="pairwise",
+                                                             rounds=60))
+    report = evaluate(model, corpus, znver4_hw, [t.workload_key for t in tasks.values()])
+    assert report["spearman_mean"] > 0.5, report
+    schedules, _ = _records(corpus, tasks["matmul"], znver4_hw)
+    model.save(str(tmp_path))
+    again = CostModel.load(str(tmp_path))
+    assert again.config.objective == "pairwise"
+    assert np.allclose(again.predict(tasks["matmul"], znver4_hw, schedules),
+                       model.predict(tasks["matmul"], znver4_hw, schedules))
+
+
+def test_an_unknown_objective_is_refused_by_name(trained, tmp_path, capsys):
+    from cluster.cli import main
+
+    with pytest.raises(ValueError, match="'lambdamart'.*metaschedule, pairwise"):
+        CostModelConfig(hardware_key="cpu-znver4-2c", objective="lambdamart")
+    _, corpus, _ = trained
+    assert main(["cost-model", "fit", "--corpus", str(corpus.root), "--out", str(tmp_path), "--hardware",
+                 "cpu-znver4-2c", "--objective", "lambdamart"]) == 2
+    err = capsys.readouterr().err
+    assert "'lambdamart'" in err and "Traceback" not in err

@@ -1,0 +1,108 @@
+"""Which ranking of a measured pool picks the best top-1: judged without measuring again.
+
+    .venv/bin/python -m bench.rankers --pools POOLS.json --cost-model DIR [--objective pairwise ...]
+
+``bench/pools.py`` measures every program of the model's pools on the held-out tasks (each
+against MetaSchedule@256's schedule in the same call) and keeps them all in its JSON
+(``candidates``). This replays each program from its sentence, computes its features once, and
+scores it with every ranking asked for: the likelihood, the cost model of ``--cost-model``, and
+that cost model's own training data (the feature groups its ``cost_model.tar`` stores) refitted
+with each ``--objective`` (``collectors.cost_model.OBJECTIVES``). Per ranking: the speed of its
+top-1 and of the best of its top-4 / top-10 relative to MS@256 (geomean over tasks), beside the
+fastest program of the pool (a perfect ranker). It is how a cost model objective is chosen
+before a ``bench/quality.py`` run confirms it. Writes JSON (``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from bench._common import geomean
+from bench.judging import CORPUS, judging_set
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def picks(scores: np.ndarray, speeds: np.ndarray, ks: tuple[int, ...] = (1, 4, 10)) -> dict[str, float]:
+    """Speed of the best of the top-k programs by ``scores`` (higher first; a failed program's
+    speed is 0), for each k; ties are broken by pool order."""
+    order = np.argsort(-scores, kind="stable")
+    return {f"top{k}": float(speeds[order[:k]].max()) for k in ks}
+
+
+def _z(x: np.ndarray) -> np.ndarray:
+    """Standardised within the pool (0 where every score is the same)."""
+    sd = x.std()
+    return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pools", required=True, help="a bench/pools.py JSON with candidates")
+    ap.add_argument("--pool", default="samples_32", help="which pool of it to rank (default samples_32)")
+    ap.add_argument("--cost-model", required=True, help="the cost model directory the pools were scored with")
+    ap.add_argument("--objective", action="append", default=[], help="refit its feature groups with this objective")
+    ap.add_argument("--rounds", type=int, default=300, help="boosting rounds of a refitted objective")
+    ap.add_argument("--corpus", default=CORPUS)
+    ap.add_argument("--out", default=os.path.join(RESULTS, "rankers.json"))
+    args = ap.parse_args()
+
+    import collectors.fast_import as fast_import
+    from collectors.cost_model import CostModel, _train_on_groups, features_of
+    from collectors.hardware import detect_hardware
+    from tlm.language import apply_sentence
+
+    fast_import.install()
+    hw = detect_hardware("cpu")
+    with open(args.pools) as f:
+        dump = json.load(f)
+    if dump["hardware"] != hw.key:
+        raise SystemExit(f"{args.pools} was measured on {dump['hardware']}, this host is {hw.key}")
+    base = CostModel.load(args.cost_model)
+    models: dict[str, Any] = {"cost_model": base}
+    for obj in args.objective:
+        cm = CostModel.load(args.cost_model)
+        cfg = dataclasses.replace(cm.config, objective=obj, rounds=args.rounds)
+        t0 = time.time()
+        _train_on_groups(cm.xgb, cfg)
+        print(f"refit {obj}: {time.time() - t0:.0f} s", flush=True)
+        models[obj] = cm
+    tasks = {(t.task_name, t.model): t for t in judging_set(hw, corpus_dir=args.corpus, outside=False)}
+    rows = []
+    for name, entry in dump["models"].items():
+        for tr in entry["tasks"]:
+            task = tasks[(tr["task"], tr["model"])]
+            cands = [c for c in tr["candidates"] if args.pool in c["pools"]]
+            scheds = [apply_sentence(c["text"].split(), task, hw).schedule for c in cands]
+            feats = features_of(task, hw, scheds)
+            ref = tr["ms_256_s"]
+            speeds = np.asarray([ref / c["latency_s"] if c["latency_s"] else 0.0 for c in cands])
+            scores = {"likelihood": np.asarray([c["score"] for c in cands])}
+            for label, cm in models.items():
+                scores[label] = cm.xgb._predict(feats).astype("float64")  # noqa: SLF001
+                # the cost model's and the model's own opinion together, each as a z-score in the pool
+                scores[f"{label}+likelihood"] = _z(scores[label]) + _z(scores["likelihood"])
+            row = {"model": name, "task": tr["task"], "size": len(cands), "fastest": float(speeds.max()),
+                   "rankers": {label: picks(s, speeds) for label, s in scores.items()}}
+            rows.append(row)
+            print(row["task"], {k: round(v["top1"], 2) for k, v in row["rankers"].items()}, flush=True)
+    labels = list(rows[0]["rankers"])
+    summary = {label: {k: geomean([max(r["rankers"][label][k], 1e-3) for r in rows]) for k in ("top1", "top4", "top10")}
+               for label in labels}
+    summary["fastest"] = {"top1": geomean([r["fastest"] for r in rows])}
+    res = {"hardware": hw.key, "pools": args.pools, "pool": args.pool,
+           "cost_model": args.cost_model, "reference": "ms_256", "summary": summary, "tasks": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2)
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
