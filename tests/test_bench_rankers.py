@@ -14,3 +14,18 @@ def test_picks_take_the_best_speed_among_the_top_k_scores_failures_count_zero():
 
 def test_ties_are_broken_by_pool_order():
     assert picks(np.zeros(3), np.array([0.3, 0.9, 0.1]), ks=(1,)) == {"top1": 0.3}
+
+
+def test_the_value_head_learns_only_the_order_within_each_group():
+    from bench.value_head import demean, fit_ridge, spearman_in_groups
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 3))
+    groups = np.repeat(["a", "b", "c"], 20)
+    # each group's level differs a lot (a heavy task and a light one); the order inside follows x[:, 0]
+    y = 2.0 * x[:, 0] + np.repeat([10.0, -5.0, 0.0], 20)
+    xc, yc = demean(x, groups), demean(y, groups)
+    assert np.allclose([yc[groups == g].mean() for g in "abc"], 0)
+    w = fit_ridge(xc, yc, 1e-6)
+    assert np.allclose(w, [2.0, 0.0, 0.0], atol=1e-6)
+    assert spearman_in_groups(x @ w, y, groups) > 0.99
