@@ -36,6 +36,27 @@ def picks(scores: np.ndarray, speeds: np.ndarray, ks: tuple[int, ...] = (1, 4, 1
     return {f"top{k}": float(speeds[order[:k]].max()) for k in ks}
 
 
+def summarise(rows: list[dict]) -> dict:
+    """Per ranking, the geomean over tasks of each top-k pick's speed (a failed pick counts as
+    1/1000) and, where the rows have it, the mean Spearman; beside the pools' fastest."""
+    summary = {}
+    for label in rows[0]["rankers"]:
+        summary[label] = {k: geomean([max(r["rankers"][label][k], 1e-3) for r in rows]) for k in ("top1", "top4", "top10")}
+        if "spearman" in rows[0]:
+            summary[label]["spearman"] = float(np.mean([r["spearman"][label] for r in rows]))
+    summary["fastest"] = {"top1": geomean([r["fastest"] for r in rows])}
+    return summary
+
+
+def write(head: dict, rows: list[dict], out: str) -> None:
+    """``head``, the summary and the per-task rows as JSON at ``out``; the summary printed."""
+    summary = summarise(rows)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({**head, "reference": "ms_256", "summary": summary, "tasks": rows}, f, indent=2)
+    print(json.dumps(summary, indent=1))
+
+
 def _z(x: np.ndarray) -> np.ndarray:
     """Standardised within the pool (0 where every score is the same)."""
     sd = x.std()
@@ -92,16 +113,7 @@ def main() -> None:
                    "rankers": {label: picks(s, speeds) for label, s in scores.items()}}
             rows.append(row)
             print(row["task"], {k: round(v["top1"], 2) for k, v in row["rankers"].items()}, flush=True)
-    labels = list(rows[0]["rankers"])
-    summary = {label: {k: geomean([max(r["rankers"][label][k], 1e-3) for r in rows]) for k in ("top1", "top4", "top10")}
-               for label in labels}
-    summary["fastest"] = {"top1": geomean([r["fastest"] for r in rows])}
-    res = {"hardware": hw.key, "pools": args.pools, "pool": args.pool,
-           "cost_model": args.cost_model, "reference": "ms_256", "summary": summary, "tasks": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=2)
-    print(json.dumps(summary, indent=1))
+    write({"hardware": hw.key, "pools": args.pools, "pool": args.pool, "cost_model": args.cost_model}, rows, args.out)
 
 
 if __name__ == "__main__":

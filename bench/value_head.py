@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from bench._common import geomean
-from bench.rankers import _z, picks
+from bench.rankers import _z, picks, write
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -138,17 +137,10 @@ def main() -> None:
                    "rankers": {k: picks(s, speeds) for k, s in scores.items()}}
             out_rows.append(row)
             print(row["task"], {k: round(v["top1"], 2) for k, v in row["rankers"].items()}, flush=True)
-    labels = list(out_rows[0]["rankers"])
-    summary = {k: {m: geomean([max(r["rankers"][k][m], 1e-3) for r in out_rows]) for m in ("top1", "top4", "top10")}
-               | {"spearman": float(np.mean([r["spearman"][k] for r in out_rows]))} for k in labels}
-    summary["fastest"] = {"top1": geomean([r["fastest"] for r in out_rows])}
-    res = {"hardware": hw.key, "model": args.model, "dataset_rows": len(rows), "keys": args.keys or "all",
-           "embed_s": round(embed_s, 1), "ridge_penalty": lam, "validation_spearman": {str(k): v for k, v in choice.items()},
-           "pools": args.pools, "cost_model": args.cost_model, "reference": "ms_256", "summary": summary, "tasks": out_rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=2)
-    print(json.dumps(summary, indent=1))
+    write({"hardware": hw.key, "model": args.model, "dataset_rows": len(rows), "keys": args.keys or "all",
+           "embed_s": round(embed_s, 1), "ridge_penalty": lam,
+           "validation_spearman": {str(k): v for k, v in choice.items()}, "pools": args.pools,
+           "cost_model": args.cost_model}, out_rows, args.out)
 
 
 if __name__ == "__main__":

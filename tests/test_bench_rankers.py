@@ -29,3 +29,13 @@ def test_the_value_head_learns_only_the_order_within_each_group():
     w = fit_ridge(xc, yc, 1e-6)
     assert np.allclose(w, [2.0, 0.0, 0.0], atol=1e-6)
     assert spearman_in_groups(x @ w, y, groups) > 0.99
+
+
+def test_the_summary_is_a_geomean_over_tasks_and_a_failed_pick_counts_as_a_thousandth():
+    from bench.rankers import summarise
+
+    rows = [{"fastest": 1.0, "rankers": {"cm": {"top1": 0.25, "top4": 1.0, "top10": 1.0}}},
+            {"fastest": 1.0, "rankers": {"cm": {"top1": 0.0, "top4": 1.0, "top10": 1.0}}}]
+    s = summarise(rows)
+    assert np.isclose(s["cm"]["top1"], np.sqrt(0.25 * 1e-3)) and s["cm"]["top4"] == 1.0 and "spearman" not in s["cm"]
+    assert s["fastest"] == {"top1": 1.0}
