@@ -14,7 +14,7 @@ needs_gpu = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU (T
 
 @pytest.mark.slow
 def test_cuda_design_space_binds_threads_and_sketch_ids_resolve():
-    """Generating CUDA sketches needs no GPU (only the CUDA intrinsics import, ~12 s)."""
+    """Generating CUDA sketches needs no GPU (only the CUDA intrinsics import, ~40 s on a Zen 4)."""
     from collectors.sketches import design_space, sketch_id
     from tests.helpers.workloads import matmul
 

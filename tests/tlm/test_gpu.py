@@ -11,7 +11,7 @@ from tlm.language import apply_sentence
 from tlm.language import EOS, LanguageError, legal_next_tokens, live_sketches, prompt_tokens, read_decisions
 from tlm.language.space import build_space
 
-pytestmark = pytest.mark.slow  # the CUDA tensor intrinsics import costs ~15-60 s once
+pytestmark = pytest.mark.slow  # the CUDA tensor intrinsics import costs ~15-60 s once a process
 
 
 def test_thread_groups_follow_bind_fuse_split(tasks, cuda_hw):
