@@ -19,7 +19,8 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -27,6 +28,39 @@ from bench._common import geomean
 from bench.judging import CORPUS, judging_set
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+@dataclass
+class MeasuredPool:
+    """One task's pool from a ``bench/pools.py`` JSON, replayed: each program's record (sentence,
+    latency, likelihood score), its features and its speed relative to MS@256 (0: failed)."""
+
+    model: str  # the generating model's name in the JSON
+    task: Any
+    candidates: list[dict]
+    features: list[np.ndarray]
+    speeds: np.ndarray
+
+
+def measured_pools(path: str, pool: str, hw: Any, corpus_dir: str | None = None) -> Iterator[MeasuredPool]:
+    """Every task of the pools JSON at ``path`` (measured on ``hw``'s key, else SystemExit),
+    only the programs of the pool named ``pool``, each replayed from its sentence."""
+    from collectors.cost_model import features_of
+    from tlm.language import apply_sentence
+
+    with open(path) as f:
+        dump = json.load(f)
+    if dump["hardware"] != hw.key:
+        raise SystemExit(f"{path} was measured on {dump['hardware']}, this host is {hw.key}")
+    tasks = {(t.task_name, t.model): t for t in judging_set(hw, corpus_dir=corpus_dir, outside=False)}
+    for name, entry in dump["models"].items():
+        for tr in entry["tasks"]:
+            task = tasks[(tr["task"], tr["model"])]
+            cands = [c for c in tr["candidates"] if pool in c["pools"]]
+            feats = features_of(task, hw, [apply_sentence(c["text"].split(), task, hw).schedule for c in cands])
+            ref = tr["ms_256_s"]
+            speeds = np.asarray([ref / c["latency_s"] if c["latency_s"] else 0.0 for c in cands])
+            yield MeasuredPool(name, task, cands, feats, speeds)
 
 
 def picks(scores: np.ndarray, speeds: np.ndarray, ks: tuple[int, ...] = (1, 4, 10)) -> dict[str, float]:
@@ -75,16 +109,11 @@ def main() -> None:
     args = ap.parse_args()
 
     import collectors.fast_import as fast_import
-    from collectors.cost_model import CostModel, _train_on_groups, features_of
+    from collectors.cost_model import CostModel, _train_on_groups
     from collectors.hardware import detect_hardware
-    from tlm.language import apply_sentence
 
     fast_import.install()
     hw = detect_hardware("cpu")
-    with open(args.pools) as f:
-        dump = json.load(f)
-    if dump["hardware"] != hw.key:
-        raise SystemExit(f"{args.pools} was measured on {dump['hardware']}, this host is {hw.key}")
     base = CostModel.load(args.cost_model)
     models: dict[str, Any] = {"cost_model": base}
     for obj in args.objective:
@@ -94,25 +123,17 @@ def main() -> None:
         _train_on_groups(cm.xgb, cfg)
         print(f"refit {obj}: {time.time() - t0:.0f} s", flush=True)
         models[obj] = cm
-    tasks = {(t.task_name, t.model): t for t in judging_set(hw, corpus_dir=args.corpus, outside=False)}
     rows = []
-    for name, entry in dump["models"].items():
-        for tr in entry["tasks"]:
-            task = tasks[(tr["task"], tr["model"])]
-            cands = [c for c in tr["candidates"] if args.pool in c["pools"]]
-            scheds = [apply_sentence(c["text"].split(), task, hw).schedule for c in cands]
-            feats = features_of(task, hw, scheds)
-            ref = tr["ms_256_s"]
-            speeds = np.asarray([ref / c["latency_s"] if c["latency_s"] else 0.0 for c in cands])
-            scores = {"likelihood": np.asarray([c["score"] for c in cands])}
-            for label, cm in models.items():
-                scores[label] = cm.xgb._predict(feats).astype("float64")  # noqa: SLF001
-                # the cost model's and the model's own opinion together, each as a z-score in the pool
-                scores[f"{label}+likelihood"] = _z(scores[label]) + _z(scores["likelihood"])
-            row = {"model": name, "task": tr["task"], "size": len(cands), "fastest": float(speeds.max()),
-                   "rankers": {label: picks(s, speeds) for label, s in scores.items()}}
-            rows.append(row)
-            print(row["task"], {k: round(v["top1"], 2) for k, v in row["rankers"].items()}, flush=True)
+    for p in measured_pools(args.pools, args.pool, hw, args.corpus):
+        scores = {"likelihood": np.asarray([c["score"] for c in p.candidates])}
+        for label, cm in models.items():
+            scores[label] = cm.xgb._predict(p.features).astype("float64")  # noqa: SLF001
+            # the cost model's and the model's own opinion together, each as a z-score in the pool
+            scores[f"{label}+likelihood"] = _z(scores[label]) + _z(scores["likelihood"])
+        row = {"model": p.model, "task": p.task.task_name, "size": len(p.candidates), "fastest": float(p.speeds.max()),
+               "rankers": {label: picks(s, p.speeds) for label, s in scores.items()}}
+        rows.append(row)
+        print(row["task"], {k: round(v["top1"], 2) for k, v in row["rankers"].items()}, flush=True)
     write({"hardware": hw.key, "pools": args.pools, "pool": args.pool, "cost_model": args.cost_model}, rows, args.out)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.rankers import _z, picks, write
+from bench.rankers import _z, measured_pools, picks, write
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -88,10 +88,8 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     import collectors.fast_import as fast_import
-    from bench.judging import judging_set
-    from collectors.cost_model import CostModel, features_of
+    from collectors.cost_model import CostModel
     from collectors.hardware import detect_hardware
-    from tlm.language import apply_sentence
     from tlm.model.network import load_model
 
     fast_import.install()
@@ -116,27 +114,18 @@ def main() -> None:
     w = fit_ridge(xc, yc, lam)
     print(f"ridge penalty {lam} (validation Spearman {json.dumps({str(k): round(v, 3) for k, v in choice.items()})})")
 
-    with open(args.pools) as f:
-        dump = json.load(f)
     cm = CostModel.load(args.cost_model)
-    tasks = {(t.task_name, t.model): t for t in judging_set(hw, outside=False)}
     out_rows = []
-    for name, entry in dump["models"].items():
-        for tr in entry["tasks"]:
-            task = tasks[(tr["task"], tr["model"])]
-            cands = [c for c in tr["candidates"] if args.pool in c["pools"]]
-            texts = [c["text"] for c in cands]
-            head = embed(model, tok, texts, [len(t.split()) - c["n_tokens"] for t, c in zip(texts, cands)]) @ w
-            feats = features_of(task, hw, [apply_sentence(t.split(), task, hw).schedule for t in texts])
-            cost = cm.xgb._predict(feats).astype("float64")  # noqa: SLF001
-            ref = tr["ms_256_s"]
-            speeds = np.asarray([ref / c["latency_s"] if c["latency_s"] else 0.0 for c in cands])
-            scores = {"cost_model": cost, "value_head": head, "value_head+cost_model": _z(head) + _z(cost)}
-            row = {"task": tr["task"], "size": len(cands), "fastest": float(speeds.max()),
-                   "spearman": {k: float(spearman_in_groups(s, speeds, np.zeros(len(s)))) for k, s in scores.items()},
-                   "rankers": {k: picks(s, speeds) for k, s in scores.items()}}
-            out_rows.append(row)
-            print(row["task"], {k: round(v["top1"], 2) for k, v in row["rankers"].items()}, flush=True)
+    for p in measured_pools(args.pools, args.pool, hw):
+        texts = [c["text"] for c in p.candidates]
+        head = embed(model, tok, texts, [len(t.split()) - c["n_tokens"] for t, c in zip(texts, p.candidates)]) @ w
+        cost = cm.xgb._predict(p.features).astype("float64")  # noqa: SLF001
+        scores = {"cost_model": cost, "value_head": head, "value_head+cost_model": _z(head) + _z(cost)}
+        row = {"task": p.task.task_name, "size": len(p.candidates), "fastest": float(p.speeds.max()),
+               "spearman": {k: float(spearman_in_groups(s, p.speeds, np.zeros(len(s)))) for k, s in scores.items()},
+               "rankers": {k: picks(s, p.speeds) for k, s in scores.items()}}
+        out_rows.append(row)
+        print(row["task"], {k: round(v["top1"], 2) for k, v in row["rankers"].items()}, flush=True)
     write({"hardware": hw.key, "model": args.model, "dataset_rows": len(rows), "keys": args.keys or "all",
            "embed_s": round(embed_s, 1), "ridge_penalty": lam,
            "validation_spearman": {str(k): v for k, v in choice.items()}, "pools": args.pools,
