@@ -42,6 +42,8 @@ def cpu_model() -> str:
 
 #: The repository root (this file is <root>/bench/_common.py).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: where every benchmark and study writes its results (JSON, Markdown, PNG)
+RESULTS = os.path.join(REPO, "bench", "results")
 
 
 def shipped_path(path: str | os.PathLike) -> str:

@@ -1,9 +1,9 @@
-"""bench/rankers.py's judging of a ranking on a measured pool: the best of the top-k by score."""
+"""bench/studies/rankers.py's judging of a ranking on a measured pool: the best of the top-k by score."""
 from __future__ import annotations
 
 import numpy as np
 
-from bench.rankers import picks
+from bench.studies.rankers import picks
 
 
 def test_picks_take_the_best_speed_among_the_top_k_scores_failures_count_zero():
@@ -17,7 +17,7 @@ def test_ties_are_broken_by_pool_order():
 
 
 def test_the_value_head_learns_only_the_order_within_each_group():
-    from bench.value_head import demean, fit_ridge, spearman_in_groups
+    from bench.studies.value_head import demean, fit_ridge, spearman_in_groups
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 3))
@@ -32,7 +32,7 @@ def test_the_value_head_learns_only_the_order_within_each_group():
 
 
 def test_the_summary_is_a_geomean_over_tasks_and_a_failed_pick_counts_as_a_thousandth():
-    from bench.rankers import summarise
+    from bench.studies.rankers import summarise
 
     rows = [{"fastest": 1.0, "rankers": {"cm": {"top1": 0.25, "top4": 1.0, "top10": 1.0}}},
             {"fastest": 1.0, "rankers": {"cm": {"top1": 0.0, "top4": 1.0, "top10": 1.0}}}]

@@ -1,6 +1,6 @@
 """Which pool of the model's programs, ranked how, gives the best top-1: measured, side by side.
 
-    .venv/bin/python -m bench.pools [--model DIR ...] [--tasks 6] [--beams 16] [--samples 32]
+    .venv/bin/python -m bench.studies.pools [--model DIR ...] [--tasks 6] [--beams 16] [--samples 32]
 
 For each of the N heaviest held-out tasks (``bench/judging.py``) and each model: the greedy
 program of every sketch, ``--beams`` beams per sketch and ``--samples`` seeded samples per
@@ -22,10 +22,9 @@ import os
 import time
 from typing import Any
 
-from bench._common import geomean, machine
+from bench._common import RESULTS, geomean, machine
 from bench.judging import CORPUS, judging_set
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def pools_of(task: Any, hw: Any, model: Any, tok: Any, beams: int, samples: int) -> dict[str, list]:
@@ -77,7 +76,7 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, ranker: Any, beams: int, 
                               "cost_model_pick": speed(max(texts, key=lambda t: pred[t])),
                               "likelihood_pick": speed(texts[0])}
     # every measured program, so that another ranking of the same pools is judged without measuring
-    # again (bench/rankers.py): its sentence, latency (None: failed), likelihood score, cost-model score
+    # again (bench/studies/rankers.py): its sentence, latency (None: failed), likelihood score, cost-model score
     row["candidates"] = [{"text": c.text, "sketch_id": c.sketch_id, "latency_s": lat[c.text], "logprob": c.logprob,
                           "n_tokens": c.n_tokens, "score": c.score, "predicted": float(pred[c.text]),
                           "pools": [n for n, pool in pools.items() if any(p.text == c.text for p in pool)]}

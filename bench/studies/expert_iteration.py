@@ -21,7 +21,7 @@ run ~10 min):
     tlm train --stage finetune --base M0 --workers 1 --epochs 2 --out work/ei/models --no-register \\
         --hardware cpu-rocketlake-2c,cpu-znver3-2c,cpu-znver4-2c --dataset work/ei/sets-all --name ei-1-allkeys
     cp work/ei/models/ei-1/cost_model.* work/ei/models/ei-1-allkeys/
-    python -m bench.expert_iteration work/ei/q0.json work/ei/q1.json ... \\
+    python -m bench.studies.expert_iteration work/ei/q0.json work/ei/q1.json ... \\
         --variant "fine-tuned on every key's records=work/ei/q1-allkeys.json" \\
         --adapt-log work/ei/ei.log --out bench/results/expert_iteration.json
 
@@ -40,10 +40,9 @@ import os
 import re
 from typing import Any
 
-from bench._common import shipped_path, write_noted
+from bench._common import RESULTS as RESULTS_DIR, shipped_path, write_noted
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "bench", "results", "expert_iteration.json")
+RESULTS = os.path.join(RESULTS_DIR, "expert_iteration.json")
 STOP_GAIN = 0.02
 FIGURES = ("tlm_top1", "tlm_ranked_top1", "tlm_best_of_10", "tlm_ranked_best_of_10", "tlm_best_of_32",
            "tlm_ranked_best_of_32", "rules", "ms_64")

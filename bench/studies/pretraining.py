@@ -23,7 +23,7 @@ is in the table, 18 min of fine-tuning, ~5 min per judging run with the cached M
         --no-outside --out work/l6/q-base.json
     python -m bench.quality --model work/l6/models/cpu-all-10x --tasks 8 --trials 256 --seeded 0 \\
         --no-outside --out work/l6/q-10x.json
-    python -m bench.pretraining --base work/l6/q-base.json models/tlm-small-pretrain \\
+    python -m bench.studies.pretraining --base work/l6/q-base.json models/tlm-small-pretrain \\
         --candidate work/l6/q-10x.json work/l6/models/tlm-small-pretrain-10x
 
 (``work/sets-all`` and ``tlm-small-cpu-all``: ``bench/hardware.py``.) Writes
@@ -36,11 +36,10 @@ import json
 import os
 from typing import Any
 
-from bench._common import shipped_path, write_noted
-from bench.expert_iteration import FIGURES, round_row
+from bench._common import RESULTS as RESULTS_DIR, shipped_path, write_noted
+from bench.studies.expert_iteration import FIGURES, round_row
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "bench", "results", "pretraining.json")
+RESULTS = os.path.join(RESULTS_DIR, "pretraining.json")
 
 
 def pretraining_of(model_dir: str) -> dict[str, Any]:

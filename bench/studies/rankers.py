@@ -1,8 +1,8 @@
 """Which ranking of a measured pool picks the best top-1: judged without measuring again.
 
-    .venv/bin/python -m bench.rankers --pools POOLS.json --cost-model DIR [--objective pairwise ...]
+    .venv/bin/python -m bench.studies.rankers --pools POOLS.json --cost-model DIR [--objective pairwise ...]
 
-``bench/pools.py`` measures every program of the model's pools on the held-out tasks (each
+``bench/studies/pools.py`` measures every program of the model's pools on the held-out tasks (each
 against MetaSchedule@256's schedule in the same call) and keeps them all in its JSON
 (``candidates``). This replays each program from its sentence, computes its features once, and
 scores it with every ranking asked for: the likelihood, the cost model of ``--cost-model``, and
@@ -24,15 +24,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from bench._common import geomean
+from bench._common import RESULTS, geomean
 from bench.judging import CORPUS, judging_set
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 @dataclass
 class MeasuredPool:
-    """One task's pool from a ``bench/pools.py`` JSON, replayed: each program's record (sentence,
+    """One task's pool from a ``bench/studies/pools.py`` JSON, replayed: each program's record (sentence,
     latency, likelihood score), its features and its speed relative to MS@256 (0: failed)."""
 
     model: str  # the generating model's name in the JSON
@@ -99,7 +98,7 @@ def _z(x: np.ndarray) -> np.ndarray:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pools", required=True, help="a bench/pools.py JSON with candidates")
+    ap.add_argument("--pools", required=True, help="a bench/studies/pools.py JSON with candidates")
     ap.add_argument("--pool", default="samples_32", help="which pool of it to rank (default samples_32)")
     ap.add_argument("--cost-model", required=True, help="the cost model directory the pools were scored with")
     ap.add_argument("--objective", action="append", default=[], help="refit its feature groups with this objective")

@@ -1,6 +1,6 @@
 """Which fine-tuning target teaches a TLM the fast schedules? Three targets, one base, one budget.
 
-    .venv/bin/python -m bench.finetune_target --base models/<pretrained> --all-records DIR \
+    .venv/bin/python -m bench.studies.finetune_target --base models/<pretrained> --all-records DIR \
         --hardware KEY [--steps 150]
 
 ``DIR`` is ``tlm dataset build --top-k 100000 --per-sketch 0`` output: every successful
@@ -28,9 +28,9 @@ import os
 import tempfile
 from collections import defaultdict
 
-from bench._common import geomean, shipped_path
+from bench._common import RESULTS as RESULTS_DIR, geomean, shipped_path
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results", "finetune_target.json")
+RESULTS = os.path.join(RESULTS_DIR, "finetune_target.json")
 
 
 def _write(rows: list[dict], out_dir: str) -> str:

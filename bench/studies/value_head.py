@@ -1,12 +1,12 @@
 """A value head on the TLM's hidden states (issue 19, item 3's other ranker), judged on a measured pool.
 
-    .venv/bin/python -m bench.value_head --model DIR --dataset SETS --pools POOLS.json --cost-model DIR
+    .venv/bin/python -m bench.studies.value_head --model DIR --dataset SETS --pools POOLS.json --cost-model DIR
 
 The cost model ranks by MetaSchedule's hand-made per-store features. The TLM itself reads every
 decision of a program in the context of its task and hardware; if its hidden states know which
 programs are fast, a linear head on them ranks without features. This fits that head and
-judges it the way ``bench/rankers.py`` judges a ranking: on every program of a pool that
-``bench/pools.py`` measured whole.
+judges it the way ``bench/studies/rankers.py`` judges a ranking: on every program of a pool that
+``bench/studies/pools.py`` measured whole.
 
 - Each sentence of ``SETS/finetune.parquet`` (``tlm dataset build --top-k 100000 --per-sketch 0``:
   every successful record of every key, the training split only) is embedded as the mean of the
@@ -27,9 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.rankers import _z, measured_pools, picks, write
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from bench._common import RESULTS
+from bench.studies.rankers import _z, measured_pools, picks, write
 
 
 def embed(model: Any, tokenizer: Any, texts: list[str], prompt_lens: list[int], *, batch_size: int = 32) -> np.ndarray:
@@ -78,7 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--dataset", required=True, help="a `tlm dataset build --top-k 100000` directory")
-    ap.add_argument("--pools", required=True, help="a bench/pools.py JSON with candidates (this host's key)")
+    ap.add_argument("--pools", required=True, help="a bench/studies/pools.py JSON with candidates (this host's key)")
     ap.add_argument("--pool", default="samples_32")
     ap.add_argument("--cost-model", required=True, help="the cost model to compare and blend with")
     ap.add_argument("--keys", default="", help="comma-separated keys to train on (default: every key)")
