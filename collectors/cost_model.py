@@ -23,7 +23,7 @@ import logging
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -123,8 +123,24 @@ class CostModel:
         """One score per schedule (postprocessed ``Schedule`` of ``task``), higher is faster."""
         if not schedules:
             return np.zeros(0)
-        feats = features_of(task, hardware, schedules)
-        return self.xgb._predict(feats).astype("float64")  # noqa: SLF001 - predict() wants a TuneContext per call
+        return self.score(features_of(task, hardware, schedules))
+
+    def score(self, features: Sequence[np.ndarray]) -> np.ndarray:
+        """One score per program from its precomputed :func:`features_of` rows: a pool's
+        features are computed once and scored by several models (``bench/studies/rankers.py``)."""
+        if not len(features):
+            return np.zeros(0)
+        return self.xgb._predict(list(features)).astype("float64")  # noqa: SLF001 - predict() wants a TuneContext per call
+
+    def refit(self, **changes: Any) -> "CostModel":
+        """A new cost model trained on this one's own feature groups (the records it was fitted
+        on, as ``cost_model.tar`` stores them) with ``changes`` to its config, e.g.
+        ``objective="pairwise", rounds=60``: another objective judged on the same data without
+        replaying a record. This one is left as it is."""
+        config = replace(self.config, **changes)
+        xgb = self.search_model()
+        _train_on_groups(xgb, config)
+        return CostModel(xgb, config, replace(self.summary), self.held_out)
 
     def search_model(self) -> Any:
         """A copy of the MetaSchedule XGBModel for a search to use and update (this one is left
@@ -197,7 +213,7 @@ def evaluate(cost_model: CostModel, corpus: Any, hardware: Hardware, workloads: 
         score = cost_model.predict(task, hardware, [schedule_of(task.mod, r["trace_json"]) for r in part])
         lat = np.asarray([r["latency_s"] for r in part])
         order = np.argsort(-score, kind="stable")
-        per.append({"task": task.task_name, "records": len(part), "spearman": _spearman(score, -lat),
+        per.append({"task": task.task_name, "records": len(part), "spearman": spearman(score, -lat),
                     "top1": float(lat.min() / lat[order[0]]), "top5": float(lat.min() / lat[order[:5]].min()),
                     "random": float(np.mean(lat.min() / lat))})
     gm = lambda k: float(np.exp(np.mean(np.log([p[k] for p in per])))) if per else None  # noqa: E731
@@ -206,7 +222,7 @@ def evaluate(cost_model: CostModel, corpus: Any, hardware: Hardware, workloads: 
             "top1_geomean": gm("top1"), "top5_geomean": gm("top5"), "random_geomean": gm("random"), "tasks": per}
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman's rank correlation (ranks by order; ties broken by position)."""
     ra, rb = np.argsort(np.argsort(a, kind="stable")), np.argsort(np.argsort(b, kind="stable"))
     if ra.std() == 0 or rb.std() == 0:

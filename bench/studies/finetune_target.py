@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import tempfile
 from collections import defaultdict
@@ -55,25 +54,12 @@ def variants(train: list[dict]) -> dict[str, tuple[list[dict], str]]:
     return {"tlm_top1": (top1, "none"), "topk4": (top4, "none"), "topk4_latency": (top4, "latency")}
 
 
-def _spearman(xs: list[float], ys: list[float]) -> float:
-    def ranks(v):
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        for pos, i in enumerate(order):
-            r[i] = float(pos)
-        return r
-
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sx = math.sqrt(sum((a - mx) ** 2 for a in rx))
-    sy = math.sqrt(sum((b - my) ** 2 for b in ry))
-    return cov / (sx * sy) if sx and sy else 0.0
-
-
 def judge(model_dir: str, test: list[dict], min_records: int = 5, max_records: int = 40) -> dict:
     """Regret and rank correlation of the model's likelihood on each held-out task's records
     (at most ``max_records`` per task: the fastest and an evenly spaced sample by latency)."""
+    import numpy as np
+
+    from collectors.cost_model import spearman
     from tlm.model.network import load_model
     from tlm.model.scoring import decision_logprobs
 
@@ -95,7 +81,7 @@ def judge(model_dir: str, test: list[dict], min_records: int = 5, max_records: i
         best = min(r["latency_s"] for r in rows)
         chosen = max(range(len(rows)), key=lambda i: score[i])
         regrets.append(rows[chosen]["latency_s"] / best)
-        rhos.append(_spearman(score, [-r["latency_s"] for r in rows]))
+        rhos.append(spearman(np.asarray(score), np.asarray([-r["latency_s"] for r in rows])))
     return {"tasks": len(regrets),
             "regret_geomean": geomean(regrets),
             "spearman_mean": sum(rhos) / len(rhos) if rhos else None}

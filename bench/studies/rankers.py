@@ -15,7 +15,6 @@ before a ``bench/quality.py`` run confirms it. Writes JSON (``--out``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import time
@@ -108,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import collectors.fast_import as fast_import
-    from collectors.cost_model import CostModel, _train_on_groups
+    from collectors.cost_model import CostModel
     from collectors.hardware import detect_hardware
 
     fast_import.install()
@@ -116,17 +115,14 @@ def main() -> None:
     base = CostModel.load(args.cost_model)
     models: dict[str, Any] = {"cost_model": base}
     for obj in args.objective:
-        cm = CostModel.load(args.cost_model)
-        cfg = dataclasses.replace(cm.config, objective=obj, rounds=args.rounds)
         t0 = time.time()
-        _train_on_groups(cm.xgb, cfg)
+        models[obj] = base.refit(objective=obj, rounds=args.rounds)
         print(f"refit {obj}: {time.time() - t0:.0f} s", flush=True)
-        models[obj] = cm
     rows = []
     for p in measured_pools(args.pools, args.pool, hw, args.corpus):
         scores = {"likelihood": np.asarray([c["score"] for c in p.candidates])}
         for label, cm in models.items():
-            scores[label] = cm.xgb._predict(p.features).astype("float64")  # noqa: SLF001
+            scores[label] = cm.score(p.features)
             # the cost model's and the model's own opinion together, each as a z-score in the pool
             scores[f"{label}+likelihood"] = _z(scores[label]) + _z(scores["likelihood"])
         row = {"model": p.model, "task": p.task.task_name, "size": len(p.candidates), "fastest": float(p.speeds.max()),

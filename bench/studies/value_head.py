@@ -67,9 +67,9 @@ def fit_ridge(x: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
 
 def spearman_in_groups(score: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
     """Mean over groups of Spearman's rank correlation."""
-    from collectors.cost_model import _spearman
+    from collectors.cost_model import spearman
 
-    vals = [_spearman(score[groups == g], y[groups == g]) for g in np.unique(groups) if (groups == g).sum() >= 5]
+    vals = [spearman(score[groups == g], y[groups == g]) for g in np.unique(groups) if (groups == g).sum() >= 5]
     return float(np.mean(vals))
 
 
@@ -118,7 +118,7 @@ def main() -> None:
     for p in measured_pools(args.pools, args.pool, hw):
         texts = [c["text"] for c in p.candidates]
         head = embed(model, tok, texts, [len(t.split()) - c["n_tokens"] for t, c in zip(texts, p.candidates)]) @ w
-        cost = cm.xgb._predict(p.features).astype("float64")  # noqa: SLF001
+        cost = cm.score(p.features)
         scores = {"cost_model": cost, "value_head": head, "value_head+cost_model": _z(head) + _z(cost)}
         row = {"task": p.task.task_name, "size": len(p.candidates), "fastest": float(p.speeds.max()),
                "spearman": {k: float(spearman_in_groups(s, p.speeds, np.zeros(len(s)))) for k, s in scores.items()},
