@@ -24,7 +24,9 @@ Tables (docs/ARCHITECTURE.md, "Storage", and docs/CONTRACTS.md):
   for k <= TOP_CACHE every answer has a payload). ``top_k`` reads them instead of decoding a Parquet row group per part
   (10 parts x ~1 ms); ids without a payload (k > TOP_CACHE, after reindex) fall back to Parquet.
   Parts remain the only truth; ``reindex`` drops payloads of records that no longer exist.
-- ``runs(run_id, kind, status, started_at, finished_at, params_json)``.
+- ``runs(run_id, kind, status, started_at, finished_at, params_json, driver_json)``: ``driver_json``
+  (added in schema version 3) names the process that runs it (host, pid, start time), so a run
+  whose driver died without a word is found and marked "interrupted" (storage/runs.py).
 - ``models(model_id, hardware_key, base_model_id, path, metrics_json, created_at, data_snapshot)``:
   ``data_snapshot`` (added in schema version 2) names the corpus snapshot a model was trained on.
 - ``task_status(workload_key, hardware_key, tuner, trials, status, run_id, records, updated_at)``:
@@ -52,7 +54,7 @@ from storage.errors import CorpusError, IndexUnavailable, IndexVersionError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # bump when tables change; add the upgrade step to _upgrade (2: models.data_snapshot)
+SCHEMA_VERSION = 3  # bump when tables change; add the upgrade step to _upgrade (2: models.data_snapshot, 3: runs.driver_json)
 MAX_REGISTER_ATTEMPTS = 20  # retries of a write refused by a concurrent writer before giving up (each one means real contention)
 
 metadata = sa.MetaData()
@@ -172,6 +174,7 @@ runs = sa.Table(
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("finished_at", sa.DateTime(timezone=True)),
     sa.Column("params_json", sa.Text),
+    sa.Column("driver_json", sa.Text),  # version 3: the process that runs it (storage/runs.py)
 )
 
 models = sa.Table(
@@ -282,6 +285,8 @@ def _upgrade(conn: Connection, version: int) -> None:
     caller's transaction (so two processes opening an old index upgrade it once)."""
     if version < 2:
         _add_column(conn, models.c.data_snapshot)
+    if version < 3:
+        _add_column(conn, runs.c.driver_json)
     conn.execute(sa.update(schema_version).values(version=SCHEMA_VERSION))
     log.info("upgraded the corpus index at %s from schema version %d to %d", safe_url(conn.engine.url), version, SCHEMA_VERSION)
 

@@ -8,11 +8,20 @@ because an earlier run did it counts for that earlier run, so the numbers add up
 
 The methods live in :class:`RunsMixin`, which :class:`storage.corpus.Corpus` inherits, so
 ``corpus.start_run(...)`` etc. stay the one entry point.
+
+A run's driver can die without a word (SIGKILL, a lost machine): nothing then closes the run, and
+it would read "running" forever. So every run records its *driver* (host, pid and the process's
+start time, which a reused pid does not share), and :meth:`RunsMixin.reap_orphaned_runs` marks
+a "running" run whose driver is gone "interrupted", with its units still "running" too. It runs
+when the next run starts and when ``tlm runs`` lists them. Only the driver's own host can tell
+whether it is alive: a run driven from another host is left as it is.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import uuid
 from typing import Any, Mapping
 
@@ -74,17 +83,39 @@ class RunsMixin:
 
     # ------------------------------------------------------------------ runs
     def start_run(self, kind: str, params: Mapping[str, Any] | None = None) -> str:
-        """Open a run (collection, training, ...) and return its id."""
+        """Open a run (collection, training, ...) driven by this process and return its id; runs
+        of this host whose driver is gone are marked "interrupted" first."""
+        self.reap_orphaned_runs()
         run_id = uuid.uuid4().hex
         with ix.write(self.engine) as conn:
             conn.execute(
                 sa.insert(ix.runs).values(
                     run_id=run_id, kind=kind, status="running", started_at=ix.now(),
                     params_json=json.dumps(dict(params or {}), sort_keys=True, default=str),
+                    driver_json=json.dumps(this_driver()),
                 )
             )
         log.debug("started %s run %s", kind, run_id)
         return run_id
+
+    def reap_orphaned_runs(self) -> list[str]:
+        """Mark "interrupted" every "running" run whose driver ran on this host and is gone, with
+        its units still marked "running"; returns their ids. A run whose driver is alive, ran on
+        another host or is unknown (an index older than schema version 3) is left alone."""
+        r = ix.runs.c
+        with ix.read(self.engine) as conn:
+            running = conn.execute(sa.select(r.run_id, r.driver_json).where(r.status == "running")).all()
+        gone = [run_id for run_id, driver in running if driver and driver_alive(json.loads(driver)) is False]
+        if not gone:
+            return []
+        t = ix.task_status.c
+        with ix.write(self.engine) as conn:
+            conn.execute(sa.update(ix.runs).where(r.run_id.in_(gone), r.status == "running")
+                         .values(status="interrupted", finished_at=ix.now()))
+            conn.execute(sa.update(ix.task_status).where(t.run_id.in_(gone), t.status == "running")
+                         .values(status="interrupted", updated_at=ix.now()))
+        log.info("marked %d run(s) whose driver is gone as interrupted: %s", len(gone), ", ".join(gone))
+        return gone
 
     def finish_run(self, run_id: str, status: str = "done") -> None:
         """Close a run with a final status ("done", "failed", "interrupted", ...)."""
@@ -143,3 +174,47 @@ class RunsMixin:
                 "hardware": r["params"].get("hardware"),
             })
         return rows
+
+
+def this_driver() -> dict:
+    """What identifies this process as a run's driver: host, pid and its start (``None`` where
+    the OS does not tell; then only the pid is checked)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def driver_alive(driver: Mapping[str, Any]) -> bool | None:
+    """Whether the process ``driver`` names still runs: None when it ran on another host (this
+    one cannot tell). A pid reused by another process is not the driver (its start differs)."""
+    if driver.get("host") != socket.gethostname():
+        return None
+    pid = int(driver["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    stat = _proc_stat(pid)
+    if stat is not None and stat[0] == "Z":  # exited, not yet waited for by its parent
+        return False
+    start = driver.get("start")
+    return start is None or (stat is not None and stat[1] == start)
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start on Linux (this boot's id and its start time in clock ticks since
+    boot); None elsewhere."""
+    stat = _proc_stat(pid)
+    return stat[1] if stat else None
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start) of a process from ``/proc/PID/stat`` (fields 3 and 22) and this boot's id."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except (OSError, IndexError):
+        return None
+    return fields[0], f"{boot}:{fields[19]}"

@@ -1,7 +1,8 @@
 """``tlm runs``: the collection (and other) runs recorded in a corpus index.
 
 One line per run: id, kind, status, tasks done/failed, records, start time and duration, from
-``Corpus.run_summaries`` (storage/runs.py says how the task counts add up across runs).
+``Corpus.run_summaries`` (storage/runs.py says how the task counts add up across runs). A run
+whose driver on this host is gone (killed) is marked "interrupted" first.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with open_corpus(args) as corpus:
+        corpus.reap_orphaned_runs()
         rows = corpus.run_summaries(kind=args.kind)
     if args.json:
         for r in rows:

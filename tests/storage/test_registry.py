@@ -53,11 +53,14 @@ def test_bad_hardware_key_refused(corpus):
 
 
 def _v1_index(url: str) -> None:
-    """An index as schema version 1 made it: every table of today, ``models`` without ``data_snapshot``."""
+    """An index as schema version 1 made it: every table of today, ``models`` without
+    ``data_snapshot`` and ``runs`` without ``driver_json``."""
     v1 = sa.MetaData()
     for table in ix.metadata.sorted_tables:
-        if table.name != "models":
+        if table.name not in ("models", "runs"):
             table.to_metadata(v1)
+    sa.Table("runs", v1, *(sa.Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+                           for c in ix.runs.columns if c.name != "driver_json"))
     sa.Table(
         "models", v1,
         sa.Column("model_id", sa.String(200), primary_key=True),
@@ -86,6 +89,7 @@ def test_version_1_index_is_upgraded(tmp_path, index_url):
     with c.engine.connect() as conn:
         assert conn.execute(sa.select(ix.schema_version.c.version)).scalars().all() == [ix.SCHEMA_VERSION]
         assert "data_snapshot" in {col["name"] for col in sa.inspect(conn).get_columns("models")}
+        assert "driver_json" in {col["name"] for col in sa.inspect(conn).get_columns("runs")}
     (old,) = c.models()
     assert (old["model_id"], old["data_snapshot"], old["metrics"]) == ("old", None, {"val_loss": 2.0})
     c.register_model("new", path="/m/new", hardware_key=HW, data_snapshot="snap-1")
