@@ -15,6 +15,33 @@ from cluster.resources import keys_in_resources, measure_resource
 
 log = logging.getLogger(__name__)
 
+#: A local Ray's processes inherit the driver's environment when it starts them, so these reach
+#: every worker. Each turns off a line a person would otherwise read twice or take for a fault:
+#: Ray Train's print patch (every ``print`` of a training worker came out twice, once printed
+#: and once logged), its preemption watcher (an actor for cloud node drains, whose constructor
+#: fails on a local Ray and says so), Ray Data's per-block progress bars (dozens of redrawn
+#: lines per epoch in a log) and its INFO lines (each execution plan, every epoch; Ray Data
+#: configures its logger at import, so only its own variable reaches it), Ray Train's own
+#: logging set-up in its controller (which puts its INFO lines back: "Requesting resources"),
+#: and the Hugging Face progress bars of a worker loading or saving a model. Our own progress
+#: lines stay.
+QUIET_ENV = {
+    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_ENABLE_CONTROLLER_STRUCTURED_LOGGING": "0",
+    "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+    "RAY_DATA_LOG_LEVEL": "WARNING",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+}
+#: Ray Train's Python loggers, in the driver and (by :func:`quiet_worker`, each worker's setup
+#: hook) in every worker: warnings and errors only (``ray.LoggingConfig`` would do it too, but it
+#: also adds a second handler to the driver's root logger: every warning of ours printed twice).
+#: Its INFO lines (worker group start-up) say nothing a user acts on; its placement-group
+#: cleaner warns every second that the state API is unavailable, which it is by design on a
+#: local Ray started without the dashboard (so its lines are errors only).
+QUIET_LOGGERS = {"ray.train": logging.WARNING,
+                 "ray.train.v2._internal.execution.controller.placement_group_cleaner": logging.ERROR}
+
 #: Ray's own authentication for a Ray this project starts: every Ray client (driver, worker,
 #: CLI, dashboard) must present the cluster's token (``~/.ray/auth_token``, made by Ray when
 #: absent). Without it anyone who can reach a Ray port can run code on every node. Set
@@ -46,6 +73,10 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
 
         Config.initialize("")  # Ray reads the mode once, at import: refreshed as Ray's own default does
 
+    for name, value in QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
     hws = detect_node_hardware()
     gpus = count_gpus()
     resources = node_resources(hws, {h.key: (gpus if h.kind == "cuda" else 1) for h in hws})
@@ -53,12 +84,20 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
     ray.init(
         address="local",
         include_dashboard=False,
+        runtime_env={"worker_process_setup_hook": "cluster.ray_session.quiet_worker"},
         object_store_memory=int(object_store_mb) * 1024 * 1024,
         resources=resources,
         num_gpus=gpus or None,
     )
     _sigterm_interrupts()
     return True
+
+
+def quiet_worker() -> None:
+    """Every worker's setup hook on a local Ray this project starts: Ray's loggers as quiet as the
+    driver's (``QUIET_LOGGERS``)."""
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
 
 
 def _sigterm_interrupts() -> None:

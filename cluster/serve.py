@@ -163,16 +163,15 @@ class ScheduleServer:
         return hardware_for_key(hardware_key, info)
 
     async def _load(self, hardware_key: str) -> _Loaded:
-        from tlm.service.catalog import ranker_of
+        from tlm.service.catalog import ranker_for
         from tlm.model.network import load_model
 
         serving = self._serving(self._hardware(hardware_key))
         entry = serving.entry
         model, tokenizer, _ = await asyncio.to_thread(load_model, entry.path)
-        ranker = await asyncio.to_thread(ranker_of, entry.path)
+        ranker, ranked_by = await asyncio.to_thread(ranker_for, entry.path, hardware_key)
         self.unavailable.pop(hardware_key, None)
-        log.info("loaded %s for %s from %s (%s)%s", entry.model_id, hardware_key, entry.path,
-                 "with its cost model" if ranker is not None else "no cost model: likelihood ranking",
+        log.info("loaded %s for %s from %s (cost model: %s)%s", entry.model_id, hardware_key, entry.path, ranked_by,
                  f"; fallback: {serving.why}" if serving.fallback else "")
         if serving.fallback:
             self.fallbacks[hardware_key] = serving

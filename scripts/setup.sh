@@ -15,7 +15,9 @@ python -m pip install -q --upgrade pip
 # torch first: an unpinned torch pulled in by another package would be a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -r requirements.txt
-python -m pip install -q -e . --no-deps
+# setuptools warns at length that an editable install may be shadowed by same-named folders of
+# the working directory (it is the repository itself): not for the first screen
+PYTHONWARNINGS="ignore:Editable installation" python -m pip install -q -e . --no-deps
 if [[ "${1:-}" == "--test" ]]; then
   python -m pip install -q -r requirements-test.txt
 fi

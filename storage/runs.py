@@ -177,15 +177,16 @@ class RunsMixin:
 
 
 def this_driver() -> dict:
-    """What identifies this process as a run's driver: host, pid and its start (``None`` where
+    """What identifies this process as a run's driver: its host, pid and start (``None`` where
     the OS does not tell; then only the pid is checked)."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+    return {"host": _host(), "pid": os.getpid(), "start": _process_start(os.getpid())}
 
 
 def driver_alive(driver: Mapping[str, Any]) -> bool | None:
     """Whether the process ``driver`` names still runs: None when it ran on another host (this
-    one cannot tell). A pid reused by another process is not the driver (its start differs)."""
-    if driver.get("host") != socket.gethostname():
+    one cannot tell). A pid reused by another process, or a driver from before a reboot, is not
+    the driver (its start differs)."""
+    if driver.get("host") != _host():
         return None
     pid = int(driver["pid"])
     try:
@@ -218,3 +219,15 @@ def _proc_stat(pid: int) -> tuple[str, str] | None:
     except (OSError, IndexError):
         return None
     return fields[0], f"{boot}:{fields[19]}"
+
+
+def _host() -> str:
+    """This machine: its host name and, where the OS keeps one, its machine id (two containers
+    may share a host name; a reboot keeps both)."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path) as f:
+                return f"{socket.gethostname()}/{f.read().strip()}"
+        except OSError:
+            continue
+    return socket.gethostname()

@@ -15,11 +15,12 @@ Hardware, never mixed up:
   without a GPU (tests that run one are marked ``gpu``).
 
 Markers: ``slow`` (still run by the README's test command and CI; ``-m "not slow"`` is the
-quick loop), ``postgres``, ``gpu``, ``ray`` (starts Ray: see ``SERIAL``), and ``timing``: a
+quick loop), ``postgres``, ``gpu``, ``ray`` (starts Ray), and ``timing``: a
 comparison of timings that needs a quiet machine, run only with ``--timing -n 0``.
 
-Two xdist workers (``-n 2`` in pyproject.toml: the suite's wall time on 2 cores is half TVM
-compiles and half Ray start-ups and waits, which overlap well); ``-n 0`` runs in one process.
+Two xdist workers (``-n 2 --dist load`` in pyproject.toml: the suite's wall time on 2 cores is
+half TVM compiles and half Ray start-ups and waits, which overlap well; the heaviest files'
+tests first: ``HEAVY_FIRST``); ``-n 0`` runs in one process.
 """
 import json
 import os
@@ -46,25 +47,39 @@ def pytest_addoption(parser):
                      help="also run the tests marked timing (they compare timings: a quiet machine only)")
 
 
-#: Tests that start Ray (a simulated cluster, Ray Train, Ray Serve, Ray Data) or join one: one
-#: xdist group, so they run one after another on one worker (a plain ``ray.init()`` joins a
-#: cluster it finds running, and the simulated cluster is one per process), while the other
-#: worker takes the rest. Paths from tests/.
-SERIAL = ("cluster/", "faults/test_train_faults.py", "tlm/test_dataset.py")
-#: ``tlm demo`` and the driver-kill fault run ``tlm`` in a subprocess that starts a Ray of its own
-#: (``address="local"``: it joins nothing, nothing joins it); the demo is the longest test: a
-#: group of their own, beside the Ray group.
-APART = ("test_demo.py", "faults/test_driver_faults.py")
+#: The files whose tests take longest (measured with ``--durations=0`` on the 2-core Zen 3, the
+#: slowest of our CPUs), heaviest first. ``--dist load`` hands each xdist worker tests in
+#: collection order, one more whenever it runs low, so these start first and the many short
+#: tests fill in behind them (the longest-first rule: no heavy test starts last and runs alone).
+#: Every other file keeps its place after them. (``--dist loadfile``, whole files per worker,
+#: hung the run when a worker died: xdist's controller waited for the dead worker's files.)
+#: Ray tests need no worker of their own: each starts a Ray that joins nothing
+#: (``address="local"``, or the simulated cluster's own address) and every Ray Serve, dashboard
+#: and HTTP port is chosen free, so two run side by side.
+HEAVY_FIRST = (
+    "test_demo.py",
+    "cluster/test_collect_job.py",
+    "cluster/test_train_job.py",
+    "faults/test_driver_faults.py",
+    "faults/test_train_faults.py",
+    "cluster/test_compile_cmd.py",
+    "cluster/test_adapt.py",
+    "cluster/test_serve.py",
+    "tlm/test_gpu.py",
+    "collectors/test_rules.py",
+    "tlm/test_dataset.py",
+    "faults/test_storage_faults.py",
+)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _heaviness(item) -> int:
+    rel = os.path.relpath(str(item.fspath), HERE).replace(os.sep, "/")
+    return HEAVY_FIRST.index(rel) if rel in HEAVY_FIRST else len(HEAVY_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        rel = os.path.relpath(str(item.fspath), HERE).replace(os.sep, "/")
-        if rel.startswith(APART):
-            item.add_marker(pytest.mark.xdist_group("demo"))
-        elif rel.startswith(SERIAL) or "ray" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+    items.sort(key=_heaviness)  # stable: a file's tests keep their order
     if config.getoption("--timing"):
         return
     skip = pytest.mark.skip(reason="compares timings: run on a quiet machine with --timing")
@@ -124,3 +139,4 @@ def cuda_hw():
                             "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
                             "host": {"kind": "llvm"}},
                     description="test H100-like GPU")
+

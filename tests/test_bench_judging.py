@@ -10,6 +10,7 @@ from bench.references import cache_path, reference_search
 from tests.helpers.workloads import make_task, matmul
 
 
+@pytest.mark.slow
 def test_a_reference_search_runs_once_then_comes_from_its_cache(cpu_hw, tmp_path, monkeypatch):
     import collectors.judge as judge
 

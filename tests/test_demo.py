@@ -41,3 +41,14 @@ def test_quick_demo_end_to_end(tmp_path):
     assert whole["correct"] and whole["scheduled"] == whole["tasks"] > 10
     assert all(v > 0 for v in whole["latency"].values())
     assert "TLM top-1" in r.stdout and "PyTorch eager" in r.stdout
+    assert report["verdict"].startswith("verdict: served top-1") and report["verdict"] in r.stdout
+    # a key the shipped corpus measured ranks with its own cost model, and the demo says so
+    if (ROOT / "models" / "cost-models" / report["hardware"]).is_dir():
+        assert report["ranked_by"].startswith(f"{report['hardware']}'s own cost model"), report["ranked_by"]
+    # the first screen: each line once, nothing a person takes for a fault from a normal run
+    screen = r.stdout + r.stderr
+    for noise in ("graceful_shutdown failed", "will be retried", "State API may be temporarily unavailable",
+                  "Traceback", "Execution plan of Dataset"):
+        assert noise not in screen, noise
+    steps = [line for line in screen.splitlines() if "[train] step" in line]
+    assert steps and len(steps) == len(set(steps)), "a training progress line printed twice"

@@ -91,3 +91,32 @@ def test_the_fine_tuned_model_ships_a_cost_model_held_out_like_itself_that_ranks
     model, tok, _ = load_model(str(d))
     g = generate(task_from_index(w), detect_hardware("cpu"), model, tok, k=2, ranker=ranker, pool=8)
     assert len(g.candidates) == 2 and g.candidates[0].predicted >= g.candidates[1].predicted
+
+
+def test_every_key_of_the_shipped_corpus_ranks_with_its_own_cost_model(tmp_path):
+    """Each key the shipped corpus measured has a cost model fitted for it (a shipped model's
+    own, or models/cost-models/<key>), on every one of its records outside the held-out models,
+    as `tlm adapt` fits it; the catalog hands it to whichever model writes that key's candidates."""
+    import shutil
+
+    import sqlalchemy as sa
+
+    from collectors.cost_model import CostModel
+    from collectors.zoo import HELD_OUT_MODELS
+    from tlm.service.catalog import SHIPPED_COST_MODELS, ranker_for
+
+    shutil.copy(DATA / "index.sqlite", tmp_path / "index.sqlite")
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'index.sqlite'}")
+    with engine.connect() as conn:
+        keys = [k for (k,) in conn.execute(sa.text("SELECT key FROM hardware_ids"))]
+    engine.dispose()
+    for key in keys:
+        own = [p.parent for p in SHIPPED if json.loads(p.read_text()).get("hardware_key") == key]
+        ranker, why = ranker_for(str(own[0]) if own else str(tmp_path / "none"), key)
+        assert ranker is not None and ranker.config.hardware_key == key, (key, why)
+        own_records = ranker.summary.by_key.get(key, ranker.summary.records)  # by_key: fits with other keys' too
+        assert ranker.held_out["models"] == list(HELD_OUT_MODELS) and own_records > 1000, (key, own_records)
+    for d in Path(SHIPPED_COST_MODELS).iterdir():
+        if d.is_dir():
+            cm = CostModel.load(str(d))
+            assert d.name in keys and {cm.config.hardware_key, *cm.config.also_from} == set(keys), d

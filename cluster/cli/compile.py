@@ -246,7 +246,7 @@ def _hardware(args: argparse.Namespace, root: str | None) -> Any:
 
 def _source(args: argparse.Namespace, hw: Any, corpus: Any) -> tuple[Any, str]:
     """The schedule source the options ask for and the model id it names (or the endpoint)."""
-    from tlm.service.catalog import model_for, ranker_of, resolve_model
+    from tlm.service.catalog import model_for, ranker_for, resolve_model
     from tlm.model.network import load_model
     from tlm.service.whole_model import endpoint_source, local_source
 
@@ -255,7 +255,7 @@ def _source(args: argparse.Namespace, hw: Any, corpus: Any) -> tuple[Any, str]:
                 f"endpoint {args.endpoint}")
     entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hw.key, corpus)
     model, tokenizer, _ = load_model(entry.path)
-    ranker = None if args.no_rank else ranker_of(entry.path)
+    ranker = None if args.no_rank else ranker_for(entry.path, hw.key)[0]
     return local_source(hw, model, tokenizer, entry.model_id, ranker), entry.model_id
 
 

@@ -15,6 +15,7 @@ cluster, deploy ``serve_config.yaml`` with ``serve deploy`` instead.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -66,14 +67,18 @@ def start(*, host: str = "127.0.0.1", port: int = 8000, corpus: str | None = Non
     from cluster.serve import build_app
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from ray.serve.schema import LoggingConfig
+
     connect(None)  # a local Ray's workers inherit this environment, TLM_SERVE_TOKEN included
-    serve.start(http_options={"host": host, "port": port})
+    # without the access log (a program driving the server, as the demo): Serve's own INFO lines
+    # (proxy endpoints, replicas added, "connecting to existing Serve app") are not for a person
+    logging_config = None if access_log else LoggingConfig(enable_access_log=False, log_level="WARNING")
+    if not access_log:
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    serve.start(http_options={"host": host, "port": port}, logging_config=logging_config)
     app = build_app({"corpus": os.path.abspath(corpus) if corpus and "://" not in corpus else corpus,
                      "index_url": index_url, "models_root": os.path.abspath(models_root) if models_root else None,
                      "append": append, "num_replicas": replicas})
-    from ray.serve.schema import LoggingConfig
-
-    logging_config = None if access_log else LoggingConfig(enable_access_log=False, log_level="WARNING")
     return serve.run(app, name="tlm", route_prefix="/", logging_config=logging_config)
 
 

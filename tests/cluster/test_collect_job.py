@@ -49,7 +49,8 @@ def _job(**kw) -> JobConfig:
 def _scan(root):
     from storage import Corpus
 
-    return Corpus.open(root).scan()
+    with Corpus.open(root) as corpus:
+        return corpus.scan()
 
 
 def test_placement_follows_hardware_and_ends_promptly_for_missing_keys(ray_cluster, tmp_path, caplog):
@@ -143,8 +144,11 @@ def test_restarted_driver_resumes_from_the_index(ray_cluster, tmp_path):
 
 
 def _start_job_and_await_first_part(ray_cluster, tmp_path, tasks, key, job):
-    """Run a 4-trial collection for ``key`` in a thread; return once its first part is on disk
-    (or after 240 s). Returns the thread and the dict its summary lands in (under "s")."""
+    """Run a 4-trial collection for ``key`` in a thread; return once its first part is in the
+    index (or after 240 s): a part file is renamed into place a moment before the index lists
+    it, and a node killed in that moment leaves an orphan part and no record (the index is the
+    truth; ``tlm corpus reindex`` adopts it). Returns the thread and the dict its summary lands
+    in (under "s")."""
     result: dict = {}
 
     def drive():
@@ -155,7 +159,7 @@ def _start_job_and_await_first_part(ray_cluster, tmp_path, tasks, key, job):
     th.start()
     parts = tmp_path / f"hardware={key}"
     deadline = time.time() + 240
-    while time.time() < deadline and not (parts.exists() and any(parts.glob("*.parquet"))):
+    while time.time() < deadline and not (parts.exists() and any(parts.glob("*.parquet")) and _scan(tmp_path).num_rows):
         time.sleep(0.2)
     return th, result
 

@@ -14,6 +14,7 @@ from collectors.hardware import HARDWARE_KEY_RE, cpu_hardware, cuda_hardware_of,
 from tests.helpers.workloads import matmul as te_matmul
 
 
+@pytest.mark.slow
 def test_fast_import_registers_x86_only_in_a_fresh_process():
     code = (
         "import sys; import collectors.fast_import as f; ok=f.install();"

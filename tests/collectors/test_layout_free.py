@@ -43,6 +43,7 @@ def rewritten(request, cpu_hw):
     return task, sch, rewrites
 
 
+@pytest.mark.slow
 def test_layout_free_schedules_are_measured_and_checked(rewritten, cpu_hw):
     from collectors.tuner import measure_schedules
 
@@ -101,6 +102,7 @@ def test_a_function_without_layout_free_inputs_has_no_rewrites(cpu_hw):
     assert layout_rewrites(sch.mod) == []
 
 
+@pytest.mark.slow
 def test_metaschedules_own_search_measures_a_layout_free_task(cpu_hw):
     """The project's search on TOPI's dense: every candidate failed to run before."""
     from collectors.tuner import TuneConfig, tune_task

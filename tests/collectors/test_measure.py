@@ -161,6 +161,7 @@ print("KIDS", json.dumps({"first": kids, "again": again}))
     assert not alive, f"worker processes left running: {alive}"
 
 
+@pytest.mark.slow
 def test_explicit_shutdown_stops_the_workers(cpu_hw):
     import psutil
     from tvm.s_tir import meta_schedule as ms

@@ -15,6 +15,7 @@ from collectors.rules import rule_schedule
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 
 
+@pytest.mark.slow
 def test_every_zoo_task_gets_a_valid_rule_schedule(cpu_hw):
     from collectors.tasks import task_from_index
     from storage import Corpus
@@ -50,6 +51,7 @@ def test_rule_schedules_of_every_small_zoo_task_compute_the_right_answer(cpu_hw,
     assert not wrong, wrong
 
 
+@pytest.mark.slow
 def test_rule_schedules_compute_the_right_answer(cpu_hw):
     from collectors.tuner import measure_schedules
     from tests.helpers.workloads import conv_mod, make_task, matmul_relu_mod, softmax_mod

@@ -11,6 +11,7 @@ import os
 import pytest
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("omp", [None, "1"])
 def test_runner_worker_uses_the_hardware_cores(cpu_hw, omp, monkeypatch):
     from tvm.runtime import num_threads
@@ -33,6 +34,7 @@ def test_runner_worker_uses_the_hardware_cores(cpu_hw, omp, monkeypatch):
     assert "TVM_NUM_THREADS" not in os.environ, "the tuning process's own environment is left alone"
 
 
+@pytest.mark.slow
 def test_the_runner_worker_is_replaced_after_max_uses(monkeypatch):
     """A runner worker lives across batches and tasks, so its memory is bounded by replacing it
     every ``MAX_USES`` measurements (one that measured ~1,500 heavy candidates held 7.6 GB)."""

@@ -25,6 +25,7 @@ def tuned(matmul_mod, cpu_hw):
     return summary, batches, progress
 
 
+@pytest.mark.slow
 def test_eight_trials_give_eight_measured_records(tuned, cpu_hw):
     summary, batches, progress = tuned
     records = [r for b in batches for r in b]
@@ -41,6 +42,7 @@ def test_eight_trials_give_eight_measured_records(tuned, cpu_hw):
     assert ok and summary.best_latency_s == min(ok)
 
 
+@pytest.mark.slow
 def test_record_traces_reapply_to_the_same_correct_program(tuned, matmul_mod, cpu_hw):
     import tvm_ffi
     from tvm.s_tir.schedule import Schedule, Trace
@@ -133,6 +135,7 @@ def test_reference_runs_the_same_arithmetic_as_the_serial_program(matmul_mod):
     np.testing.assert_array_equal(args[-1].numpy(), ref.outputs[-1])
 
 
+@pytest.mark.slow
 def test_wrong_answers_during_tuning_are_errors_not_latencies(cpu_hw, monkeypatch, tmp_path):
     """Tune against a corrupted reference: the runner's check must reject every candidate."""
     from tests.helpers.workloads import matmul

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from storage import Corpus
 from tests.faults.conftest import audit
@@ -39,6 +40,7 @@ def _ids_on_disk(root: Path) -> set[str]:
             ["record_id"].to_pylist()}
 
 
+@pytest.mark.slow
 def test_a_driver_sigkilled_mid_job_leaves_no_ray_behind_and_a_rerun_finishes(tmp_path, fault_row):
     root = tmp_path / "corpus"
     proc = _collect(root)
@@ -78,7 +80,9 @@ def test_a_driver_sigkilled_mid_job_leaves_no_ray_behind_and_a_rerun_finishes(tm
         lost, dup = audit(corpus, stored)
         units = [corpus.task_status(w, h, "replay-trace", 8) for w, h in unit_keys(corpus)]
         n = corpus.stats()["records"]
+        runs = [r["status"] for r in corpus.runs()]
     assert (lost, dup) == (0, 0) and units == ["done"] * 3, units
+    assert runs == ["interrupted", "done"], "the killed driver's run is marked interrupted by the rerun, not left running"
     fault_row("SIGKILL driver (Ray mode)", "tlm collect, after its first part was written; then the same "
               "command again", f"the {len(ray_procs)} Ray processes it started all gone {ended_s:.0f} s "
               f"after the kill (checked after the rerun); the rerun finished the 3 units: {n} records, the "

@@ -101,6 +101,7 @@ def test_sigkill_inside_the_index_transaction(tmp_path, fault_row):
               lost, dup)
 
 
+@pytest.mark.slow
 def test_two_collections_on_one_corpus_at_once(tmp_path, fault_row):
     """Two ``tlm collect`` processes (the plain loop) on the same corpus and index at the same time:
     both finish; no record is stored twice; the corpus checks clean."""

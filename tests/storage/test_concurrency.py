@@ -7,6 +7,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from storage import Corpus
 from tests.helpers.records import check_consistent, make_records
 
@@ -16,6 +18,7 @@ PER_WORKER = 160  # records per worker; worker w covers ids [w*60, w*60 + 160): 
 BATCH = 20
 
 
+@pytest.mark.slow
 def test_concurrent_appends_lose_and_duplicate_nothing(corpus_root, index_url):
     root = corpus_root
     Corpus.open(root, index_url=index_url).close()

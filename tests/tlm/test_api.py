@@ -96,6 +96,7 @@ def test_answer_holds_valid_ranked_schedules_whose_trace_rebuilds_the_program(lm
         tvm.ir.assert_structural_equal(rebuilt.mod, tvm.script.from_source(c.tvmscript))
 
 
+@pytest.mark.slow
 def test_with_a_cost_model_the_answer_is_ranked_by_it_unless_the_request_opts_out(lm, cpu_hw, znver4_hw, tmp_path):
     from collectors.cost_model import CostModel, CostModelConfig
     from tests.helpers.corpora import measured_corpus, small_tasks
@@ -112,6 +113,7 @@ def test_with_a_cost_model_the_answer_is_ranked_by_it_unless_the_request_opts_ou
     assert r.pool == 0 and all(c.predicted is None for c in r.candidates)
 
 
+@pytest.mark.slow
 def test_measured_answer_times_every_candidate_and_hands_the_records_on(lm, cpu_hw):
     model, tok = lm
     req = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, k=2, measure=True)
@@ -132,6 +134,7 @@ def _dense_tvmscript() -> str:
     return tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.relu(topi.nn.dense(x, w))])}).script()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep_layout", [False, True])
 def test_a_layout_free_input_is_measured_and_its_rewrite_reported_or_kept(lm, cpu_hw, keep_layout):
     """Issue 22: every candidate of a layout-free TOPI dense failed to measure (the built function

@@ -67,3 +67,25 @@ def test_no_model_of_the_kind_is_no_model(tmp_path):
     _model_dir(tmp_path, "p", hardware_key=None)  # pretrained: learnt no key, answers for none
     with pytest.raises(NoModel, match="none of its kind"):
         serving_model(hardware_for_key(ZEN4), root=str(tmp_path))
+
+
+def test_a_key_ranks_with_its_own_cost_model_before_another_keys(tmp_path, znver4_hw):
+    """Issue 34: a key the shipped corpus measured ranked its candidates with the fallback
+    model's cost model of another CPU; its own (fitted on its records) comes first now."""
+    from collectors.cost_model import CostModel, CostModelConfig
+    from tests.helpers.corpora import measured_corpus, small_tasks
+    from tlm.service.catalog import ranker_for
+
+    with measured_corpus(tmp_path / "c", small_tasks(), znver4_hw) as corpus:
+        fitted = CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key=znver4_hw.key))
+    other = CostModel(fitted.xgb, CostModelConfig(hardware_key="cpu-rocketlake-2c"), fitted.summary)
+    model_dir, shipped = tmp_path / "model", tmp_path / "cost-models"
+    other.save(str(model_dir))  # the model's own: fitted for another key
+    ranker, why = ranker_for(str(model_dir), znver4_hw.key, cost_models=str(shipped))
+    assert ranker.config.hardware_key == "cpu-rocketlake-2c" and "fitted for cpu-rocketlake-2c" in why
+    fitted.save(str(shipped / znver4_hw.key))
+    ranker, why = ranker_for(str(model_dir), znver4_hw.key, cost_models=str(shipped))
+    assert ranker.config.hardware_key == znver4_hw.key and why == f"{znver4_hw.key}'s shipped cost model (48 records of {znver4_hw.key})"
+    assert ranker_for(str(model_dir), "cpu-rocketlake-2c", cost_models=str(shipped))[1].startswith("the model's own")
+    assert ranker_for(str(tmp_path / "none"), "cpu-icelake-2c", cost_models=str(shipped)) == (
+        None, "no cost model: ranked by likelihood")

@@ -21,6 +21,7 @@ def reference(task):
     return _REFS[task.workload_key]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["matmul", "softmax", "conv2d"])
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())

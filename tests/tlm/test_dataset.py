@@ -44,6 +44,7 @@ def test_znver4_pretraining_sentences_cover_every_task_and_sketch(built, tasks, 
         decode(rows[0]["text"], t, znver4_hw)  # every sentence is a program of its task
 
 
+@pytest.mark.slow
 def test_znver4_sampling_in_processes_writes_the_same_rows(built, corpus, tmp_path):
     out, summary = built
     two = build_datasets(corpus, str(tmp_path / "two"), DatasetConfig(pretrain_per_sketch=2, finetune_top_k=2,
@@ -136,7 +137,7 @@ def test_znver4_sets_load_with_ray_data(built):
     out, _ = built
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # never another test's Ray
     read = []
     try:
         for name in ("pretrain.parquet", "finetune.parquet"):

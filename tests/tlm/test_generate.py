@@ -78,6 +78,7 @@ def test_k_out_of_range_is_refused(lm, tasks, cpu_hw):
         generate(tasks["matmul"], cpu_hw, model, tok, k=65)
 
 
+@pytest.mark.slow
 def test_generated_schedules_are_measured_and_checked_like_searched_ones(lm, tasks, cpu_hw):
     from collectors.tuner import TuneConfig, measure_schedules
 

@@ -1,4 +1,6 @@
-"""CUDA sketches (built without a GPU): thread, pipeline and shared-memory limits on tile factors."""
+"""CUDA sketches (built without a GPU): thread, pipeline and shared-memory limits on tile factors,
+thread binding, round trips. Every test that needs the CUDA tensor intrinsics lives here, so a
+run pays their import (~40-150 s on 2 cores) once, on one xdist worker (whole files each)."""
 from __future__ import annotations
 
 import math
@@ -148,3 +150,43 @@ def test_every_valid_tensor_core_sample_is_a_sentence(cuda_hw):
                 assert_round_trip(task, cuda_hw, trace)
                 kept += 1
     assert kept >= 4
+
+
+def test_cuda_design_space_binds_threads_and_sketch_ids_resolve():
+    """Generating CUDA sketches needs no GPU (only the CUDA intrinsics import, ~40 s on a Zen 4)."""
+    from collectors.hardware import Hardware
+    from collectors.sketches import design_space, sketch_id
+    from tests.helpers.workloads import matmul
+
+    h200_like = Hardware(key="cuda-sm_90-h200", kind="cuda", arch="sm_90", cores=132, vector_bits=1024,
+                         target={"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
+                                 "max_shared_memory_per_block": 49152, "thread_warp_size": 32})
+    sketches = design_space(matmul(128, 128, 128), h200_like)
+    assert len(sketches) >= 1
+    for i, sk in enumerate(sketches):
+        kinds = [inst.kind.name for inst in sk.trace.insts]
+        assert "Bind" in kinds  # thread binding: blockIdx/threadIdx
+        tiles = [inst for inst in sk.trace.insts if inst.kind.name == "SamplePerfectTile"]
+        assert any(int(inst.attrs[0]) == 5 for inst in tiles)  # SSSRRSRS: 5-level spatial tiles
+        assert sketch_id(sk, sketches) == i
+
+
+def test_cuda_sketches_round_trip(tasks, cuda_hw):
+    """A CUDA target builds sketches without a GPU. Like MetaSchedule, keep the sampled programs
+    every CUDA postprocessor accepts (those are what become records); they must round-trip."""
+    from tests.helpers.language import assert_round_trip, sample_traces
+    from tlm.language import InvalidProgram, check_trace
+
+    for name in ("matmul", "softmax", "conv2d"):
+        task = tasks[name]
+        assert build_space(task, cuda_hw).sketches
+        kept = 0
+        for tr in sample_traces(task, cuda_hw, per_sketch=6):
+            try:
+                check_trace(tr, {}, task, cuda_hw)
+            except InvalidProgram:
+                continue  # MetaSchedule would drop it before building: never a record
+            s = assert_round_trip(task, cuda_hw, tr)
+            assert "sms" in s.tokens[:8]
+            kept += 1
+        assert kept >= 2, name

@@ -97,6 +97,7 @@ def _config(tok_dir, mcfg, cfg, session, total):
             "total_steps": total, "steps_per_epoch": 2, "session": session, "info": {"stage": "pretrain"}}
 
 
+@pytest.mark.slow
 def test_the_loop_memorises_a_tiny_set_and_resumes_from_its_checkpoint(sets, tok, tmp_path):
     from transformers import GPT2LMHeadModel
 

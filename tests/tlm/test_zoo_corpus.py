@@ -41,6 +41,7 @@ def zoo_corpus(tmp_path_factory):
     c.close()
 
 
+@pytest.mark.slow
 def test_every_record_of_the_zoo_corpus_round_trips(zoo_corpus):
     corpus, data = zoo_corpus
     tasks = load_tasks(corpus)
@@ -57,6 +58,7 @@ def test_every_record_of_the_zoo_corpus_round_trips(zoo_corpus):
     assert len(models) >= 2 and len(kinds) >= 3
 
 
+@pytest.mark.slow
 def test_zoo_corpus_dataset_holds_out_a_whole_model(zoo_corpus, tmp_path):
     import pyarrow.parquet as pq
 

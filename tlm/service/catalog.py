@@ -20,6 +20,13 @@ from typing import Any
 SHIPPED_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models")
 
 
+#: The cost models shipped per hardware key, ``<SHIPPED_COST_MODELS>/<key>/cost_model.tar``, each
+#: fitted on the shipped corpus as ``tlm adapt`` fits one (the key's records and every other
+#: key's; models/README.md has the command): a key the shipped corpus measured ranks its own
+#: candidates with what was measured on it, whichever model writes them.
+SHIPPED_COST_MODELS = os.path.join(SHIPPED_MODELS, "cost-models")
+
+
 class NoModel(ValueError):
     """No model serves a hardware key (the message names the key and the keys that have one)."""
 
@@ -175,3 +182,34 @@ def ranker_of(path: str) -> Any:
     from collectors.cost_model import COST_MODEL_FILE, CostModel
 
     return CostModel.load(path) if os.path.exists(os.path.join(path, COST_MODEL_FILE)) else None
+
+
+def ranker_for(path: str, hardware_key: str, *, cost_models: str = SHIPPED_COST_MODELS) -> tuple[Any, str]:
+    """The cost model that ranks ``hardware_key``'s candidates of the model at ``path``, and
+    where it comes from: the model's own when it was fitted for this key; else the key's shipped
+    cost model (fitted on what the shipped corpus measured on this key); else the model's own,
+    fitted for another key (it still ranks better than the likelihood: bench/results/hardware.md);
+    else ``(None, why)``: the generator ranks by likelihood."""
+    from collectors.cost_model import COST_MODEL_FILE, CostModel
+
+    own = CostModel.load(path) if os.path.exists(os.path.join(path, COST_MODEL_FILE)) else None
+    if own is not None and own.config.hardware_key == hardware_key:
+        return own, f"the model's own, fitted for {hardware_key}"
+    shipped = os.path.join(cost_models, hardware_key)
+    if os.path.exists(os.path.join(shipped, COST_MODEL_FILE)):
+        return CostModel.load(shipped), f"{hardware_key}'s shipped cost model ({_fitted_on(shipped)})"
+    if own is not None:
+        return own, f"the model's own, fitted for {own.config.hardware_key}"
+    return None, "no cost model: ranked by likelihood"
+
+
+def _fitted_on(directory: str) -> str:
+    """'N records of KEY, ...' from a saved cost model's summary."""
+    import json
+
+    from collectors.cost_model import META_FILE
+
+    with open(os.path.join(directory, META_FILE)) as f:
+        summary = json.load(f).get("summary", {})
+    by_key = summary.get("by_key") or {}
+    return ", ".join(f"{n} records of {k}" for k, n in by_key.items()) or f"{summary.get('records', '?')} records"
