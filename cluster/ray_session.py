@@ -75,8 +75,7 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
 
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
-    for name, level in QUIET_LOGGERS.items():
-        logging.getLogger(name).setLevel(level)
+    quiet_worker()  # the driver's Ray loggers as quiet as every worker's
     hws = detect_node_hardware()
     gpus = count_gpus()
     resources = node_resources(hws, {h.key: (gpus if h.kind == "cuda" else 1) for h in hws})
@@ -94,8 +93,8 @@ def connect(address: str | None, *, object_store_mb: int = 256) -> bool:
 
 
 def quiet_worker() -> None:
-    """Every worker's setup hook on a local Ray this project starts: Ray's loggers as quiet as the
-    driver's (``QUIET_LOGGERS``)."""
+    """Ray's loggers warnings-only (``QUIET_LOGGERS``): every worker's setup hook on a local Ray
+    this project starts, and called by the driver that starts it."""
     for name, level in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(level)
 
