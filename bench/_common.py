@@ -98,3 +98,18 @@ def matmul_task(n: int, m: int, k: int, name: str | None = None) -> Any:
     c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
     mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
     return Task(workload_key(mod), name or f"matmul_{n}x{m}x{k}", mod, flops=2.0 * n * m * k, op_kind="matmul")
+
+
+def refuse_beside_measuring(what: str) -> None:
+    """Exit (code 2, one line) when another job measures on this host: a benchmark's timings
+    beside it are noise, and it poisons the other's (collectors/host_load.py)."""
+    import sys
+
+    from collectors.host_load import BusyHost
+    from collectors.host_load import refuse_beside_measuring as refuse
+
+    try:
+        refuse(what)
+    except BusyHost as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -38,7 +38,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench._common import matmul_task, percentile
+from bench._common import matmul_task, percentile, refuse_beside_measuring
 
 logger = logging.getLogger("bench.collect")
 
@@ -299,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench/results/collect.json")
     p.add_argument("--spread-only", action="store_true", help="re-measure only the min_repeat_ms spread into --out")
     args = p.parse_args(argv)
+    refuse_beside_measuring("time collections")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     if args.spread_only:

@@ -55,6 +55,38 @@ def judging_set(hw: Any, *, corpus_dir: str | None = None, max_tasks: int | None
     return out[:max_tasks] if max_tasks else out
 
 
+#: The op kinds whose search has something to find (tiles, orders, parallel and vector loops):
+#: the teacher's quality is judged on these; a norm or a pool is a few sketches and no search.
+SEARCHED_KINDS = ("conv2d", "conv1d", "matmul", "dense", "batch_matmul")
+
+
+def training_sample(hardware_key: str, *, corpus_dir: str | None = None, n: int = 16,
+                    held_out: Sequence[str] | None = None) -> list:
+    """A fixed sample of ``n`` training workloads the corpus measured on ``hardware_key``: the
+    teacher's quality (its best programs against MetaSchedule@256) is judged on it, round after
+    round (issue 32, items 3-4). Workloads of a training split only (never one that occurs in a
+    held-out model), of a searched kind (:data:`SEARCHED_KINDS`), taken in workload-key order
+    (a hash: a sample that mixes sizes and models, and stays the same as the corpus grows around
+    it only while no new workload sorts before it: the chosen keys are written to every result)."""
+    from collectors.tasks import task_from_index
+    from collectors.zoo import HELD_OUT_MODELS
+    from storage import Corpus
+    from tlm.model.dataset import split_of
+
+    held = set(held_out or HELD_OUT_MODELS)
+    with Corpus.open(corpus_dir or CORPUS) as corpus:
+        rows, measured = corpus.workloads(), corpus.best_latencies(hardware_key)
+    rows = sorted((w for w in rows if w["workload_key"] in measured and w.get("op_kind") in SEARCHED_KINDS
+                   and split_of(w.get("models") or {}, held) == "train"), key=lambda w: w["workload_key"])
+    out = []
+    for w in rows[:n]:
+        t = task_from_index(w)
+        t.weights = {m: int(c) for m, c in (w.get("models") or {}).items()}
+        t.weight = sum(t.weights.values()) or 1
+        out.append(t)
+    return out
+
+
 def vit_tasks(hw: Any) -> list:
     """Every task of one ViT-B/16 encoder layer (HF ``ViTModel``, random weights, 224x224)."""
     import torch

@@ -44,7 +44,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from bench._common import geomean, machine
+from bench._common import geomean, machine, refuse_beside_measuring
 from bench.judging import (CORPUS, OUTSIDE_DESCRIPTION, OUTSIDE_MODEL, OUTSIDE_ZOO, check_unseen, judging_set,
                            outside_zoo_tasks)
 
@@ -102,11 +102,66 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int, ranker: Any 
     row.update({"task": task.task_name, "model": task.model, "op_kind": task.op_kind, "flops": task.flops,
                 "weight": task.weight, "weights": getattr(task, "weights", {task.model: task.weight}),
                 "deterministic_greedy": g1.candidates[0].text == g1b.candidates[0].text,
+                "pool_modes": pool_modes(methods, hw, gr.candidates if ranker is not None else None),
                 "methods": judge(task, hw, methods)})
     tlm = row["methods"]["tlm_top1"]["latency_s"]
     if tlm is not None:  # from the search's own timings of its candidates
         row["ms_parity_s"] = next((t for t, lat in search.curve if lat <= tlm), None)
     return row
+
+
+def pool_modes(methods: dict, hw: Any, ranked_pool: list | None = None) -> dict:
+    """The static failure modes (collectors.failure_modes) of every program of every method,
+    and of the whole ranked pool (``tlm_ranked_pool``: every sampled candidate the cost model ranked)."""
+    from collectors.failure_modes import modes_of_schedule
+
+    out = {name: [list(modes_of_schedule(s, hw)) for s in m.schedules] for name, m in methods.items()}
+    if ranked_pool is not None:
+        out["tlm_ranked_pool"] = [list(modes_of_schedule(c.schedule, hw)) for c in ranked_pool]
+    return out
+
+
+def teacher_modes(hardware_key: str, hw: Any, *, corpus_dir: str | None = None, n: int = 16, k: int = 64) -> dict:
+    """The failure modes of the teacher's programs: the ``k`` fastest records of each workload of
+    the fixed training sample (``bench.judging.training_sample``) on ``hardware_key``; with
+    their speed relative to the task's best, so a mode's cost is read beside its share."""
+    from bench.judging import training_sample
+    from collectors.failure_modes import modes_of_trace
+    from storage import Corpus
+
+    tasks = training_sample(hardware_key, corpus_dir=corpus_dir, n=n)
+    programs, best = [], []
+    with Corpus.open(corpus_dir or CORPUS) as corpus:
+        for t in tasks:
+            recs = corpus.top_k(t.workload_key, hardware_key, k=k).to_pylist()
+            modes = [list(modes_of_trace(t.mod, r["trace_json"], hw)) for r in recs]
+            programs += [{"modes": m, "speed": recs[0]["latency_s"] / r["latency_s"]} for m, r in zip(modes, recs)]
+            best.append(modes[0] if modes else [])
+    return {"workloads": [t.workload_key for t in tasks], "programs": programs, "best": best}
+
+
+def health_of(modes: list, with_speed: list | None = None) -> dict:
+    """``collectors.failure_modes.health`` of a list of mode lists; with the programs' speeds
+    (relative to their task's best), each mode's geomean speed beside its share."""
+    from collectors.failure_modes import MODES, health
+
+    out = health(modes)
+    if with_speed is not None:
+        out["geomean_speed"] = {m: geomean([s for ms, s in zip(modes, with_speed) if m in ms]) for m in MODES}
+        out["geomean_speed"]["clean"] = geomean([s for ms, s in zip(modes, with_speed) if not ms])
+    return out
+
+
+def pool_health(rows: list[dict], teacher: dict | None = None) -> dict:
+    """Per method (and the whole ranked pool, and the teacher): the share of programs in each
+    static failure mode, over every task of the run."""
+    names = sorted({n for r in rows for n in r.get("pool_modes", {})})
+    out = {n: health_of([m for r in rows for m in r.get("pool_modes", {}).get(n, [])]) for n in names}
+    if teacher is not None:
+        out["teacher"] = health_of([p["modes"] for p in teacher["programs"]], [p["speed"] for p in teacher["programs"]])
+        out["teacher_best"] = health_of(teacher["best"])
+        out["teacher"]["workloads"] = teacher["workloads"]
+    return out
 
 
 def outside_task(task: Any, hw: Any, model: Any, tok: Any, ranker: Any = None) -> dict:
@@ -334,6 +389,7 @@ def report_md(res: dict) -> str:
         lines += ["", f"Time to parity: MetaSchedule reached the TLM top-1's latency on {tp['tasks_reached']} of "
                   f"{tp['tasks']} tasks, after {tp['geomean_ms_parity_over_tlm_time']} x the TLM's generation time "
                   "(geomean over those tasks)."]
+    lines += health_md(res.get("pool_health", {}))
     lines += _task_table(rows, list(agg.get("methods", {})))
     if "outside_zoo_set" in res:
         o = res["outside_zoo_set"]
@@ -342,6 +398,24 @@ def report_md(res: dict) -> str:
                   for n, v in o.get("summary", {}).items()]
         lines += _task_table(o["tasks"], sorted({n for r in o["tasks"] for n in r["methods"]}))
     return "\n".join(lines) + "\n"
+
+
+def health_md(health: dict) -> list[str]:
+    """The pool-health table: per method, the share of its programs in each failure mode."""
+    from collectors.failure_modes import MODES
+
+    if not health:
+        return []
+    lines = ["", "## Pool health: programs in each static failure mode (collectors/failure_modes.py)", "",
+             "| programs of | n | any | " + " | ".join(MODES) + " |", "|---|---:|---:|" + "---:|" * len(MODES)]
+    for name, h in health.items():
+        if h.get("n"):
+            lines.append(f"| {name} | {h['n']} | {h['any']:.0%} | " + " | ".join(f"{h[m]:.0%}" for m in MODES) + " |")
+    speed = health.get("teacher", {}).get("geomean_speed")
+    if speed:
+        lines += ["", "The teacher's programs by mode, geomean speed relative to their task's best record: "
+                  + ", ".join(f"{m} {v:.2f}" for m, v in speed.items() if v is not None) + "."]
+    return lines
 
 
 def _task_table(rows: list[dict], names: list[str]) -> list[str]:
@@ -372,6 +446,7 @@ def main() -> None:
                     help="also judge the outside-zoo set (bench.judging.outside_zoo_tasks) against the simple answers")
     ap.add_argument("--out", default=os.path.join(RESULTS, "quality.json"))
     args = ap.parse_args()
+    refuse_beside_measuring("judge the quality benchmark")
 
     import logging
 
@@ -401,11 +476,14 @@ def main() -> None:
            "cost_model": ranker and {"config": asdict(ranker.config) | {"exclude_workloads": len(
                ranker.config.exclude_workloads)}, "summary": asdict(ranker.summary), "held_out": ranker.held_out}}
     rows: list[dict] = []
+    teacher = teacher_modes(hw.key, hw, corpus_dir=args.corpus)
+    res["pool_health"] = pool_health(rows, teacher)
     for i, task in enumerate(tasks):
         print(f"[{i + 1}/{len(tasks)}] {task.task_name} ({task.model})", flush=True)
         rows.append(one_task(task, hw, model, tok, args.trials, ranker, seeded=args.seeded, model_id=entry.model_id))
         _print_row(rows[-1])
-        res.update(wall_s=round(time.time() - t0, 1), tasks=rows, aggregate=aggregate(rows, ref, peak))
+        res.update(wall_s=round(time.time() - t0, 1), tasks=rows, aggregate=aggregate(rows, ref, peak),
+                   pool_health=pool_health(rows, teacher))
         _save(res, args.out)  # after every task: a stopped run keeps what it measured
     if args.outside:
         outside = outside_zoo_tasks(hw, corpus_dir=args.corpus)

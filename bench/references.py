@@ -21,6 +21,8 @@ import os
 import time
 from typing import Any, Sequence
 
+from bench._common import refuse_beside_measuring
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE_DIR = os.path.join(HERE, "results", "ms_cache")
 
@@ -91,16 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--tasks", type=int, default=8, help="the N heaviest tasks of the judging set")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", choices=("judging", "train"), default="judging",
+                    help="judging: the heaviest held-out tasks; train: the fixed sample of training workloads "
+                    "the teacher is judged on (bench.judging.training_sample; --tasks is its size)")
     args = ap.parse_args(argv)
+    refuse_beside_measuring("search the references")
 
     import logging
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    from bench.judging import judging_set
+    from bench.judging import judging_set, training_sample
     from collectors.hardware import detect_hardware
 
     hw = detect_hardware("cpu")
-    tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks)
+    if args.set == "train":
+        tasks = training_sample(hw.key, corpus_dir=args.corpus, n=args.tasks)
+    else:
+        tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks)
     for i, task in enumerate(tasks):
         hit = os.path.exists(cache_path(task.workload_key, hw.key, args.trials, args.seed))
         t0 = time.time()

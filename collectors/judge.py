@@ -102,9 +102,13 @@ def judge(task: Task, hardware: Hardware, methods: dict[str, Method], *, torch_e
     """Every method's fastest correct latency from one measurement call (module docstring).
 
     Returns ``{name: {latency_s, time_s, candidates, n_errors, errors}}`` plus ``torch_eager``
-    when a verified PyTorch call exists (``call`` names it).
+    when a verified PyTorch call exists (``call`` names it). Raises ``host_load.BusyHost`` when
+    another job measures on this host: side-by-side ratios beside it are noise.
     """
+    from collectors.host_load import refuse_beside_measuring
     from collectors.tuner import TuneConfig, measure_schedules
+
+    refuse_beside_measuring("judge")
 
     flat, owner, seen = [], [], {}
     for name, m in methods.items():

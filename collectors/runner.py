@@ -20,6 +20,7 @@ import logging
 from collections import OrderedDict
 from typing import Any, Callable
 
+from collectors.host_load import LoadMeter, QuietHost, busy_error
 from collectors.pools import PoolRegistry
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,14 @@ MAX_USES = 256
 #: References kept in a runner worker (one per task being tuned; weights can be large).
 _REFERENCES_KEPT = 2
 _REFERENCES: "OrderedDict[str, Any]" = OrderedDict()
+#: Others' load (cores) while each measured artifact was timed, until the recorder takes it: a
+#: MetaSchedule ``RunnerResult`` has no room for it, the record has (``host_load``).
+_HOST_LOADS: dict[str, float | None] = {}
+
+
+def host_load_of(artifact_path: str) -> float | None:
+    """The host load the runner saw while timing ``artifact_path`` (taken once), else None."""
+    return _HOST_LOADS.pop(str(artifact_path), None)
 
 
 def _reference(path: str) -> Any:
@@ -45,9 +54,10 @@ def _reference(path: str) -> Any:
 
 
 def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path: str | None,
-            args_info: tuple, rtol: float, atol_scale: float) -> list[float]:
-    """Time one built candidate and check (when a reference is given) what it computed; its run
-    times in seconds. Runs in the runner worker; a wrong answer raises ``wrong answer: ...``."""
+            args_info: tuple, rtol: float, atol_scale: float) -> tuple[list[float], float | None]:
+    """Time one built candidate and check (when a reference is given) what it computed: its run
+    times in seconds, and the cores other processes kept busy while it was timed
+    (collectors/host_load.py). Runs in the runner worker; a wrong answer raises ``wrong answer: ...``."""
     import tvm
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
@@ -59,17 +69,21 @@ def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path
     if reference_path is None:
         from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
 
-        return run_evaluator_common(rt_mod, device, evaluator, default_alloc_argument(device, list(args_info), 1))
+        args = default_alloc_argument(device, list(args_info), 1)
+        meter = LoadMeter()
+        return run_evaluator_common(rt_mod, device, evaluator, args), meter.other_cores()
     ref = _reference(reference_path)
     # inputs the schedule reads in another layout are handed over rewritten, and come back so
     rewrites = layout.load(artifact_path)
     args = [tvm.runtime.tensor(a, device=device) for a in layout.rewrite_inputs(rewrites, ref.inputs)]
+    meter = LoadMeter()
     costs = run_evaluator_common(rt_mod, device, evaluator, [args])
     device.sync()
+    load = meter.other_cores()
     err = compare([a.numpy() for a in args], layout.rewrite_inputs(rewrites, ref.outputs), Tolerance(rtol, atol_scale))
     if err is not None:
         raise RuntimeError(err)
-    return costs
+    return costs, load
 
 
 def _start_worker(timeout_s: float, initializer: Callable[[], None] | None) -> Any:
@@ -89,9 +103,11 @@ def shutdown_runners() -> None:
 
 def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, timeout_s: float = 30.0,
                         initializer: Callable[[], None] | None = None, rtol: float | None = None,
-                        atol_scale: float | None = None) -> Any:
+                        atol_scale: float | None = None, quiet: QuietHost | None = None) -> Any:
     """A ``PyRunner`` checking each candidate against ``reference_path`` (an ``.npz`` of
-    ``collectors.correctness.Reference``) and timing it with ``evaluator_config``."""
+    ``collectors.correctness.Reference``) and timing it with ``evaluator_config``; a candidate
+    timed beside a busy host is measured again or failed as ``quiet`` says (default: this
+    process's ``QuietHost.from_env()``)."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import PyRunner
     from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
@@ -101,6 +117,29 @@ def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, ti
     tol = Tolerance()
     rtol = tol.rtol if rtol is None else rtol
     atol_scale = tol.atol_scale if atol_scale is None else atol_scale
+    quiet = quiet or QuietHost.from_env()
+
+    def measure(inp: Any) -> Any:
+        """One candidate; beside a busy host, again once it is quiet."""
+        args = (str(inp.artifact_path), str(inp.device_type), evaluator_config, reference_path,
+                tuple(a.as_json() for a in inp.args_info), rtol, atol_scale)
+        for attempt in range(quiet.redo + 1):
+            try:
+                costs, load = _WORKERS.get(float(timeout_s), initializer).submit(run_one, *args).result()
+            except TimeoutError:
+                return LocalRunnerFuture(error_message=f"timeout: killed after {timeout_s} seconds")
+            except ChildProcessError:
+                return LocalRunnerFuture(error_message="crash: the measuring process died")
+            except Exception as exc:  # noqa: BLE001 - the candidate's error, as data
+                return LocalRunnerFuture(error_message=error_from_runner(str(exc)) or type(exc).__name__)
+            _HOST_LOADS[args[0]] = load
+            if not quiet.busy(load):
+                return LocalRunnerFuture(res=[float(x) for x in costs], error_message=None)
+            if attempt < quiet.redo:
+                logger.info("%s was timed beside %.2f busy cores: measured again once the host is quiet",
+                            args[0], load)
+                quiet.wait_until_quiet()
+        return LocalRunnerFuture(error_message=busy_error(load, quiet))
 
     @derived_object
     class CheckedRunner(PyRunner):
@@ -110,19 +149,6 @@ def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, ti
             super().__init__()
 
         def run(self, runner_inputs: list) -> list:
-            pool = _WORKERS.get(float(timeout_s), initializer)
-            futures = []
-            for inp in runner_inputs:
-                job = pool.submit(run_one, str(inp.artifact_path), str(inp.device_type), evaluator_config,
-                                  reference_path, tuple(a.as_json() for a in inp.args_info), rtol, atol_scale)
-                try:
-                    futures.append(LocalRunnerFuture(res=[float(x) for x in job.result()], error_message=None))
-                except TimeoutError:
-                    futures.append(LocalRunnerFuture(error_message=f"timeout: killed after {timeout_s} seconds"))
-                except ChildProcessError:
-                    futures.append(LocalRunnerFuture(error_message="crash: the measuring process died"))
-                except Exception as exc:  # noqa: BLE001 - the candidate's error, as data
-                    futures.append(LocalRunnerFuture(error_message=error_from_runner(str(exc)) or type(exc).__name__))
-            return futures
+            return [measure(inp) for inp in runner_inputs]
 
     return CheckedRunner()

@@ -29,7 +29,8 @@ from collectors.correctness import error_from_runner, make_reference
 from collectors.fast_import import install, install_for_target
 from collectors.hardware import Hardware, check_runs_here
 from collectors.ms_database import commit_records
-from collectors.runner import make_checked_runner
+from collectors.host_load import measuring_job
+from collectors.runner import host_load_of, make_checked_runner
 from collectors.sketches import sketch_id, tune_context
 from collectors.tasks import Task
 from collectors.tir import as_module, plain_json, trace_json, tvm_version
@@ -173,54 +174,55 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
     own_dir = config.work_dir is None
     work_dir = tempfile.mkdtemp(prefix="tlm-tune-") if own_dir else config.work_dir
     os.makedirs(work_dir, exist_ok=True)
-    ms_logger, handler = _file_logger(work_dir, task.task_name)
-    try:
-        # Profiler sections of our own, beside MetaSchedule's (bench/collect.py reads them).
-        with ms.Profiler.timeit("tlm/DesignSpace"):
-            ctx = tune_context(mod, target, seed=config.seed, task_name=task.task_name, num_threads=hardware.cores)
-            sketches = list(ctx.generate_design_space())
-        summary.sketches = len(sketches)
-        # Seeded as ms.tune_tir seeds its single task (MetaSchedule itself is not run-to-run
-        # deterministic with several threads: same seed, similar but not identical candidates).
-        rand_state = ms.utils.fork_seed(config.seed, n=1)[0]
-        ctx = ms.TuneContext(
-            mod=mod, target=target, space_generator="post-order-apply",
-            search_strategy=config.strategy, task_name=task.task_name, rand_state=rand_state,
-            num_threads=hardware.cores, logger=ms_logger,
-        ).clone()
-        builder, runner, base = _measurement(task, hardware, config, work_dir, run_id)
-        emit = functools.partial(_emit_batch, base, sketches, summary, on_records, progress, config.trials)
-        recorder = _make_recorder(emit)
-        if not any(len(sk.trace.decisions) for sk in sketches):
-            # Nothing to search: the sketches are the whole space. MetaSchedule's search would
-            # retry its population for ~20 s to find the one program again (elementwise tasks).
-            from collectors.sketches import refusing_postproc
+    with measuring_job(f"tuning {task.task_name} ({config.tuner_name}, {config.trials} trials)"):
+        ms_logger, handler = _file_logger(work_dir, task.task_name)
+        try:
+            # Profiler sections of our own, beside MetaSchedule's (bench/collect.py reads them).
+            with ms.Profiler.timeit("tlm/DesignSpace"):
+                ctx = tune_context(mod, target, seed=config.seed, task_name=task.task_name, num_threads=hardware.cores)
+                sketches = list(ctx.generate_design_space())
+            summary.sketches = len(sketches)
+            # Seeded as ms.tune_tir seeds its single task (MetaSchedule itself is not run-to-run
+            # deterministic with several threads: same seed, similar but not identical candidates).
+            rand_state = ms.utils.fork_seed(config.seed, n=1)[0]
+            ctx = ms.TuneContext(
+                mod=mod, target=target, space_generator="post-order-apply",
+                search_strategy=config.strategy, task_name=task.task_name, rand_state=rand_state,
+                num_threads=hardware.cores, logger=ms_logger,
+            ).clone()
+            builder, runner, base = _measurement(task, hardware, config, work_dir, run_id)
+            emit = functools.partial(_emit_batch, base, sketches, summary, on_records, progress, config.trials)
+            recorder = _make_recorder(emit)
+            if not any(len(sk.trace.decisions) for sk in sketches):
+                # Nothing to search: the sketches are the whole space. MetaSchedule's search would
+                # retry its population for ~20 s to find the one program again (elementwise tasks).
+                from collectors.sketches import refusing_postproc
 
-            schedules = [sch for sch in (sk.copy() for sk in sketches) if refusing_postproc(sch, task, hardware) is None]
-            _measure(schedules, hardware, builder, runner, emit)
-        else:
-            database = ms.database.MemoryDatabase()
-            commit_records(database, mod, target, seed_records or [])
-            with _InterruptGuard() as guard:
-                guard.run(
-                    ms.tune.tune_tasks,
-                    tasks=[ctx], task_weights=[1.0], work_dir=work_dir,
-                    max_trials_global=config.trials, max_trials_per_task=config.trials,
-                    num_trials_per_iter=min(config.trials_per_iter, config.trials),
-                    builder=builder, runner=runner, database=database,
-                    cost_model=cost_model if cost_model is not None else config.resolved_cost_model,
-                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), recorder],
-                    task_scheduler="gradient",
-                )
-        if recorder.pending_exc is not None:  # an exception in on_records (e.g. Ctrl-C)
-            raise recorder.pending_exc
-    finally:
-        ms_logger.removeHandler(handler)
-        handler.close()
-        if own_dir:
-            import shutil
+                schedules = [sch for sch in (sk.copy() for sk in sketches) if refusing_postproc(sch, task, hardware) is None]
+                _measure(schedules, hardware, builder, runner, emit)
+            else:
+                database = ms.database.MemoryDatabase()
+                commit_records(database, mod, target, seed_records or [])
+                with _InterruptGuard() as guard:
+                    guard.run(
+                        ms.tune.tune_tasks,
+                        tasks=[ctx], task_weights=[1.0], work_dir=work_dir,
+                        max_trials_global=config.trials, max_trials_per_task=config.trials,
+                        num_trials_per_iter=min(config.trials_per_iter, config.trials),
+                        builder=builder, runner=runner, database=database,
+                        cost_model=cost_model if cost_model is not None else config.resolved_cost_model,
+                        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), recorder],
+                        task_scheduler="gradient",
+                    )
+            if recorder.pending_exc is not None:  # an exception in on_records (e.g. Ctrl-C)
+                raise recorder.pending_exc
+        finally:
+            ms_logger.removeHandler(handler)
+            handler.close()
+            if own_dir:
+                import shutil
 
-            shutil.rmtree(work_dir, ignore_errors=True)
+                shutil.rmtree(work_dir, ignore_errors=True)
     summary.elapsed_s = time.perf_counter() - t0
     logger.debug("tuned %s on %s: %d records, best %s s", task.task_name, hardware.key,
                  summary.records, summary.best_latency_s)
@@ -277,20 +279,21 @@ def measure_schedules(task: Task, hardware: Hardware, schedules: list, *, tuner:
     install_for_target(target)
     t0 = time.perf_counter()
     summary = TuneSummary(task.workload_key, task.task_name, hardware.key, tuner, len(schedules))
-    work_dir = tempfile.mkdtemp(prefix="tlm-measure-")
-    try:
-        ctx = tune_context(as_module(task.mod), target, seed=config.seed, task_name=task.task_name,
-                           num_threads=hardware.cores)
-        sketches = list(ctx.generate_design_space())
-        summary.sketches = len(sketches)
-        builder, runner, base = _measurement(task, hardware, config, work_dir, run_id, tuner=tuner)
-        emit = functools.partial(_emit_batch, base, sketches, summary, on_records, None, len(schedules))
-        if schedules:
-            _measure(schedules, hardware, builder, runner, emit)
-    finally:
-        import shutil
+    with measuring_job(f"measuring {len(schedules)} schedules of {task.task_name} ({tuner})"):
+        work_dir = tempfile.mkdtemp(prefix="tlm-measure-")
+        try:
+            ctx = tune_context(as_module(task.mod), target, seed=config.seed, task_name=task.task_name,
+                               num_threads=hardware.cores)
+            sketches = list(ctx.generate_design_space())
+            summary.sketches = len(sketches)
+            builder, runner, base = _measurement(task, hardware, config, work_dir, run_id, tuner=tuner)
+            emit = functools.partial(_emit_batch, base, sketches, summary, on_records, None, len(schedules))
+            if schedules:
+                _measure(schedules, hardware, builder, runner, emit)
+        finally:
+            import shutil
 
-        shutil.rmtree(work_dir, ignore_errors=True)
+            shutil.rmtree(work_dir, ignore_errors=True)
     summary.elapsed_s = time.perf_counter() - t0
     return summary
 
@@ -431,6 +434,7 @@ def _record(base: dict, sketches: list, cand: Any, b: Any, r: Any) -> Record:
         latency_s=float(statistics.median(run_secs)) if run_secs and error is None else None,
         error=error,
         args_info_json=json.dumps([plain_json(a.as_json()) for a in cand.args_info], separators=(",", ":")),
+        host_load=host_load_of(b.artifact_path) if b.artifact_path else None,
     )
 
 

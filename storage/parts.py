@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.location import Location
-from storage.schema import RECORD_SCHEMA
+from storage.schema import RECORD_SCHEMA, conform
 
 ROW_GROUP_ROWS = 8192  # rows per Parquet row group: scans pay per group; top_k rarely reads one (payload cache)
 COMPRESSION = "zstd"  # zstd level default (3): ~5-10x on trace JSON at >300 MB/s
@@ -235,7 +235,7 @@ class PartRows:
             offsets[g] = base
             base += pf.metadata.row_group(g).num_rows
         local = [offsets[_group_of(starts, i)] + i - starts[_group_of(starts, i)] for i in rows]
-        return tab.take(local).replace_schema_metadata(None).cast(RECORD_SCHEMA)
+        return conform(tab.take(local))
 
     def forget(self, relpath: str | None = None) -> None:
         """Close one part (it was removed or quarantined), or every part when ``relpath`` is None."""

@@ -51,6 +51,7 @@ RECORD_SCHEMA = pa.schema(
         pa.field("tvm_version", pa.string()),
         pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("args_info_json", pa.string()),
+        pa.field("host_load", pa.float64()),
     ]
 )
 
@@ -85,6 +86,16 @@ class Record:
     tvm_version: str | None = None  # tvm.__version__
     created_at: _dt.datetime | None = None  # when measured (UTC); filled with the append time when None
     args_info_json: str | None = None  # MetaSchedule args_info JSON (needed to export a JSONDatabase)
+    host_load: float | None = None  # cores other processes kept busy while it was timed; None: not known
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """A table read from a part as ``RECORD_SCHEMA``: columns added to the schema after the part
+    was written (``host_load``) come back null, as a dataset read with the schema gives them."""
+    for f in RECORD_SCHEMA:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(RECORD_SCHEMA.names).replace_schema_metadata(None).cast(RECORD_SCHEMA)
 
 
 def _record_as_row(record: Record) -> dict[str, Any]:

@@ -32,6 +32,9 @@ from tests.helpers.corpora import znver4
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the two xdist workers measure side by side and no test's timing means anything: record each
+# candidate's host load, never redo or refuse (tests/collectors/test_host_load.py sets the policy)
+os.environ.setdefault("TLM_BUSY_HOST", "record")
 
 
 @pytest.fixture(scope="session", autouse=True)

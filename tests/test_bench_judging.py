@@ -55,3 +55,22 @@ def test_the_quality_report_renders_when_the_cost_model_has_no_held_out_records(
            "aggregate": {"reference": "ms_256", "targets": []}, "tasks": []}
     md = report_md(res)
     assert "# Schedule quality on cpu-a-2c" in md and "no held-out workload" in md
+
+
+def test_the_training_sample_and_its_teacher_health_on_the_shipped_corpus(znver4_hw):
+    """A fixed sample of searched training workloads (never a held-out model's), and the failure
+    modes of their fastest records, rendered with each mode's speed beside its share."""
+    from bench.judging import SEARCHED_KINDS, training_sample
+    from bench.quality import health_md, pool_health, teacher_modes
+    from collectors.zoo import HELD_OUT_MODELS
+
+    sample = training_sample(znver4_hw.key, n=3)
+    assert [t.workload_key for t in sample] == sorted(t.workload_key for t in sample) and len(sample) == 3
+    assert all(t.op_kind in SEARCHED_KINDS and not set(t.weights) & set(HELD_OUT_MODELS) for t in sample)
+    teacher = teacher_modes(znver4_hw.key, znver4_hw, n=2, k=8)
+    assert teacher["workloads"] == [t.workload_key for t in sample[:2]] and len(teacher["programs"]) == 16
+    assert max(p["speed"] for p in teacher["programs"]) == 1.0
+    health = pool_health([{"pool_modes": {"rules": [[], ["one_core"]]}}], teacher)
+    assert health["rules"]["one_core"] == 0.5 and health["teacher"]["n"] == 16 and health["teacher_best"]["n"] == 2
+    md = "\n".join(health_md(health))
+    assert "| rules | 2 | 50% |" in md and "| teacher | 16 |" in md and "clean" in md

@@ -55,3 +55,17 @@ def test_the_data_readme_lists_every_hardware_key(shipped):
     with Corpus.open(shipped) as c:
         keys = set(c.stats()["by_hardware"])
     assert len(keys) >= 2 and all(f"`{k}`" in text for k in keys), keys
+
+
+def test_parts_written_before_a_column_was_added_read_with_it_null(shipped):
+    """The shipped parts predate ``host_load``: a top-k read (row groups of one part) and a scan
+    both give it back as null (the top-k read once failed: its cast refused the missing column)."""
+    from storage import Corpus
+
+    with Corpus.open(shipped) as c:
+        key = "cpu-znver3-2c"
+        wk = next(iter(c.best_latencies(key)))
+        rows = c.top_k(wk, key, k=200).to_pylist()
+        assert rows and all("host_load" in r for r in rows)
+        assert any(r["host_load"] is None for r in rows)
+        assert c.scan(columns=["host_load"]).num_rows > 0
