@@ -64,6 +64,12 @@ class LoadMeter:
         self._own0 = time.process_time()
         self._t0 = time.perf_counter()
 
+    def own_cores(self) -> float:
+        """Average cores this process (every thread of it) ran on since the start: far below one
+        when it was stopped (SIGSTOP) or starved while timing, which its own timings include."""
+        wall = time.perf_counter() - self._t0
+        return round((time.process_time() - self._own0) / wall, 3) if wall > 0 else 0.0
+
     def other_cores(self) -> float | None:
         """Average cores that other processes (and the hypervisor's steal) kept busy since the
         start, or None where the host's CPU time cannot be read."""
@@ -87,6 +93,7 @@ class QuietHost:
     """When a measurement counts: taken beside at most ``max_other_cores`` of others' CPU."""
 
     max_other_cores: float = 0.5  # half a core: above the /proc/stat resolution, below a busy core
+    min_own_cores: float = 0.5  # the measuring process ran less than this: stopped or starved
     redo: int = 2  # times a busy candidate is measured again before it is stored as an error
     wait_s: float = 60.0  # how long to wait for a quiet host before each redo
     act: bool = True  # False: record the load, never redo or refuse (TLM_BUSY_HOST=record)
@@ -105,9 +112,12 @@ class QuietHost:
             raise ValueError(f"TLM_BUSY_WAIT_S={wait!r}: expected seconds") from None
         return cls(wait_s=wait_s, act=mode == "redo")
 
-    def busy(self, load: float | None) -> bool:
-        """Whether a measurement taken beside ``load`` must not be kept as it is."""
-        return self.act and load is not None and load > self.max_other_cores
+    def busy(self, load: float | None, own: float | None = None) -> bool:
+        """Whether a measurement taken beside ``load`` (others' cores), while the measuring
+        process ran on ``own`` cores, must not be kept as it is."""
+        if not self.act:
+            return False
+        return (load is not None and load > self.max_other_cores) or (own is not None and own < self.min_own_cores)
 
     def wait_until_quiet(self, window_s: float = 0.5) -> float | None:
         """Sample the host until a window is quiet or ``wait_s`` has passed; the last load seen."""
@@ -118,10 +128,13 @@ class QuietHost:
                 return load
 
 
-def busy_error(load: float, policy: QuietHost) -> str:
+def busy_error(load: float | None, own: float | None, policy: QuietHost) -> str:
     """The error stored for a candidate that was never timed on a quiet host."""
-    return (f"busy host: other processes kept {load:.2f} cores busy while it was timed "
-            f"(limit {policy.max_other_cores}); measured {policy.redo + 1} times")
+    if load is not None and load > policy.max_other_cores:
+        why = f"other processes kept {load:.2f} cores busy while it was timed (limit {policy.max_other_cores})"
+    else:
+        why = f"the measuring process ran on {own or 0:.2f} cores while it was timed (stopped or starved)"
+    return f"busy host: {why}; measured {policy.redo + 1} times"
 
 
 # -- who is measuring on this host ------------------------------------------------------------

@@ -54,10 +54,11 @@ def _reference(path: str) -> Any:
 
 
 def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path: str | None,
-            args_info: tuple, rtol: float, atol_scale: float) -> tuple[list[float], float | None]:
+            args_info: tuple, rtol: float, atol_scale: float) -> tuple[list[float], float | None, float]:
     """Time one built candidate and check (when a reference is given) what it computed: its run
-    times in seconds, and the cores other processes kept busy while it was timed
-    (collectors/host_load.py). Runs in the runner worker; a wrong answer raises ``wrong answer: ...``."""
+    times in seconds, the cores other processes kept busy while it was timed, and the cores it
+    ran on itself (collectors/host_load.py). Runs in the runner worker; a wrong answer raises
+    ``wrong answer: ...``."""
     import tvm
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
@@ -71,7 +72,8 @@ def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path
 
         args = default_alloc_argument(device, list(args_info), 1)
         meter = LoadMeter()
-        return run_evaluator_common(rt_mod, device, evaluator, args), meter.other_cores()
+        costs = run_evaluator_common(rt_mod, device, evaluator, args)
+        return costs, meter.other_cores(), meter.own_cores()
     ref = _reference(reference_path)
     # inputs the schedule reads in another layout are handed over rewritten, and come back so
     rewrites = layout.load(artifact_path)
@@ -79,11 +81,11 @@ def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path
     meter = LoadMeter()
     costs = run_evaluator_common(rt_mod, device, evaluator, [args])
     device.sync()
-    load = meter.other_cores()
+    load, own = meter.other_cores(), meter.own_cores()
     err = compare([a.numpy() for a in args], layout.rewrite_inputs(rewrites, ref.outputs), Tolerance(rtol, atol_scale))
     if err is not None:
         raise RuntimeError(err)
-    return costs, load
+    return costs, load, own
 
 
 def _start_worker(timeout_s: float, initializer: Callable[[], None] | None) -> Any:
@@ -125,7 +127,7 @@ def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, ti
                 tuple(a.as_json() for a in inp.args_info), rtol, atol_scale)
         for attempt in range(quiet.redo + 1):
             try:
-                costs, load = _WORKERS.get(float(timeout_s), initializer).submit(run_one, *args).result()
+                costs, load, own = _WORKERS.get(float(timeout_s), initializer).submit(run_one, *args).result()
             except TimeoutError:
                 return LocalRunnerFuture(error_message=f"timeout: killed after {timeout_s} seconds")
             except ChildProcessError:
@@ -133,13 +135,13 @@ def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, ti
             except Exception as exc:  # noqa: BLE001 - the candidate's error, as data
                 return LocalRunnerFuture(error_message=error_from_runner(str(exc)) or type(exc).__name__)
             _HOST_LOADS[args[0]] = load
-            if not quiet.busy(load):
+            if not quiet.busy(load, own):
                 return LocalRunnerFuture(res=[float(x) for x in costs], error_message=None)
             if attempt < quiet.redo:
-                logger.info("%s was timed beside %.2f busy cores: measured again once the host is quiet",
-                            args[0], load)
+                logger.info("%s was timed beside %s busy cores, on %.2f of its own: measured again once the "
+                            "host is quiet", args[0], load, own)
                 quiet.wait_until_quiet()
-        return LocalRunnerFuture(error_message=busy_error(load, quiet))
+        return LocalRunnerFuture(error_message=busy_error(load, own, quiet))
 
     @derived_object
     class CheckedRunner(PyRunner):

@@ -186,3 +186,27 @@ def test_the_demo_says_in_one_line_that_another_job_measures(registry, tmp_path,
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("error: will not run the demo while another job measures") and "kill -STOP" in err
+
+
+def test_a_measuring_process_stopped_while_timing_shows_in_its_own_share(tmp_path):
+    """SIGSTOP inside a timed window: the window's wall time includes the stop and nobody else
+    was busy, so only the process's own CPU share shows it; the policy then keeps no latency."""
+    import signal
+
+    from collectors.host_load import QuietHost, busy_error
+
+    out = tmp_path / "own"
+    code = ("import time\nfrom collectors.host_load import LoadMeter\nm = LoadMeter()\nt = time.perf_counter()\n"
+            "while time.perf_counter() - t < 2.0: pass\n"
+            f"open({str(out)!r}, 'w').write(str(m.own_cores()))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(3.0)
+    os.kill(proc.pid, signal.SIGCONT)
+    assert proc.wait(timeout=30) == 0
+    own = float(out.read_text())
+    assert own < 0.5, own  # ran ~2 s of a ~5 s window
+    policy = QuietHost(redo=0)
+    assert policy.busy(0.0, own) and not policy.busy(0.0, 1.5)
+    assert "the measuring process ran on" in busy_error(0.0, own, policy)
