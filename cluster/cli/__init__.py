@@ -53,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
+    from collectors.host_load import BusyHost
+
     try:
         return int(args.func(args) or 0)
-    except UsageError as exc:
+    except (UsageError, BusyHost) as exc:
         if args.verbose:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)

@@ -104,6 +104,9 @@ def run_demo(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag}: unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
     if args.collect_model == args.held_out:
         raise UsageError("--held-out must differ from --collect-model (it is the model the TLM never saw)")
+    from collectors.host_load import refuse_beside_measuring
+
+    refuse_beside_measuring("run the demo")  # it measures and judges: beside another job, both are noise
     import ray
 
     from cluster.ray_session import connect
