@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 #: every mode, in the order reports list them
 MODES = ("no_simd", "short_vector", "ragged_vector", "register_spill", "one_core")
@@ -60,24 +60,6 @@ def vector_registers(hardware: Any) -> int:
     return 32 if str(getattr(hardware, "arch", "")).startswith(("armv8", "aarch64", "neoverse", "apple")) else 16
 
 
-def _statements(stmt: Any, loops: tuple) -> Iterator[tuple[Any, tuple]]:
-    """Every SBlockRealize under ``stmt`` with the loops around it, outermost first."""
-    kind = type(stmt).__name__
-    if kind == "For":
-        yield from _statements(stmt.body, loops + (stmt,))
-        return
-    if kind == "SBlockRealize":
-        yield stmt, loops
-        yield from _statements(stmt.block.body, loops)
-        return
-    for child in getattr(stmt, "seq", None) or ():
-        yield from _statements(child, loops)
-    for attr in ("body", "then_case", "else_case"):
-        child = getattr(stmt, attr, None)
-        if child is not None and type(child).__module__.startswith("tvm"):
-            yield from _statements(child, loops)
-
-
 def _vars(expr: Any) -> set:
     from tvm.tirx.analysis import undefined_vars
 
@@ -93,7 +75,9 @@ def _is_reduce(iter_var: Any) -> bool:
 
 
 def _main_block(func: Any) -> tuple[Any, tuple] | None:
-    realizes = [(r, lp) for r, lp in _statements(func.body, ()) if r.block.name_hint != "root" and r.block.writes]
+    from collectors.tir import block_realizes
+
+    realizes = [(r, lp) for r, lp in block_realizes(func.body) if r.block.name_hint != "root" and r.block.writes]
     if not realizes:
         return None
     reducing = [(r, lp) for r, lp in realizes if any(_is_reduce(v) for v in r.block.iter_vars)]

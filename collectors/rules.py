@@ -1,31 +1,42 @@
-"""A Roller-style rule scheduler for CPUs: the fast, measurement-free baseline.
+"""A rule scheduler for CPUs: the fast, measurement-free baseline, blocked as BLIS blocks GEMM.
 
 TVM's dlight has no CPU rule for matmul or conv2d (it leaves a 512^3 matmul at ~300 ms
-against ~2.4 ms tuned), so this module writes one, in the spirit of Roller: take the sketch
-MetaSchedule would tune (its multi-level tiling ``SSRSRS`` on CPUs) and choose every decision
-from the hardware alone, never measuring:
+against ~2.4 ms tuned), so this module writes one: take the sketch MetaSchedule would tune
+(its multi-level tiling ``SSRSRS`` on CPUs: spatial levels S0 S1 S2 S3, reduction levels R0 R1,
+nested S0 S1 R0 S2 R1 S3) and choose every decision from the hardware alone, never measuring.
 
-* **register tile** (innermost spatial level): the innermost spatial loop gets a multiple of
-  the vector lanes (``vector_bits / 32``; it is the loop the postprocessor vectorizes) up to
-  two vectors, the next one up to 8 rows, so the accumulators fit the register file;
-* **L1 tile**: the inner reduction factor is the largest divisor up to 8 that keeps the A and
-  B tiles of one inner step within half the L1 data cache (rows + columns times ``k1``
-  floats); outer spatial loops get an L1-level block of up to 32;
-* **parallel outer loops**: the outermost spatial level is split over the outer loops until
-  it offers about 8 chunks per core (load balance without tiny tasks); the level between takes
-  what is left (the L2 block);
-* **unroll**: ``max_step`` 64 where the sketch samples one (MetaSchedule's middle choice);
-* compute locations stay as the sketch placed them; reductions without tiling keep the
-  sketch's decisions but its tile rule for any split.
+**The blocked plan** (BLIS-style; every block whose output has a contiguous axis):
+
+* **micro-kernel** (S3): ``MR`` rows x ``NR`` columns of accumulators (:func:`micro_kernel`):
+  the columns on the output's stride-1 axis (a power-of-two number of vectors), the rows on
+  the axis the vector-loaded input does not depend on (a matmul's ``i``, a convolution's output
+  channel), so each loaded vector is reused ``MR`` times; within half the vector registers;
+* **inner reduction** (R1): as deep as keeps both micro-panels within half the L1, at most
+  :data:`INNER_REDUCTION` (the unpacked input's rows share an L1 set);
+* **L2 block** (S2): columns of micro-tiles whose input panels share half the L2, rows whose
+  panels share a quarter;
+* **parallel outer loops** (S0): the outermost level is split over the outer loops until it
+  offers about 8 chunks per core (load balance without tiny tasks); S1 takes what is left;
+* **unroll**: ``max_step`` 64 where the sketch samples one (MetaSchedule's middle choice).
+
+Measured on a 2-core Zen 3 against the Roller-style tiles it replaces (bench/studies/rules.py):
+1.04-1.35x on BERT-base's matmuls, 4.7x on MobileNetV2's classifier, 0.94-1.20x on ResNet-50
+convolutions. Blocks the plan does not cover (no contiguous output axis, other tilings) keep the
+Roller-style tiles (``blocked=False`` gives them everywhere): the innermost spatial loop a
+multiple of the vector lanes up to two vectors, the next up to 8 rows, the inner reduction the
+largest divisor up to 8 within half the L1, outer blocks of up to 32.
 
 The sketch chosen is the one that tiles the most loops (multi-level tiling over the plain
-parallel-vectorize sketch), then one that fuses a consumer into the tile (``ReverseComputeAt``); every candidate program goes through the target's postprocessors
+parallel-vectorize sketch), then one that fuses a consumer into the tile (``ReverseComputeAt``);
+every candidate program goes through the target's postprocessors
 (:func:`collectors.sketches.refusing_postproc`), and a sketch whose rule-chosen program is
-refused gives way to the next. On CUDA, use ``tvm.s_tir.dlight`` instead (not done here).
+refused gives way to the next. The rules' program is also a candidate in every ranked pool of
+the generator (``tlm.service.generator.rule_rows``). On CUDA, use ``tvm.s_tir.dlight`` instead.
 """
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -50,6 +61,7 @@ OUTER_BLOCK = 32
 UNROLL_STEP = 64
 #: Used when the host's caches cannot be read (or the hardware is not this host).
 DEFAULT_L1_BYTES = 32 * 1024
+DEFAULT_L2_BYTES = 512 * 1024
 
 
 @dataclass
@@ -62,23 +74,33 @@ class RuleSchedule:
     schedule_s: float = 0.0  # time to choose and check it (the "compile time" of the baseline)
 
 
-def l1_bytes(hardware: Hardware) -> int:
-    """L1 data cache of the host (sysfs), or the default for a hardware that is not this host."""
-    path = "/sys/devices/system/cpu/cpu0/cache/index0/size"
+def _cache_bytes(hardware: Hardware, index: int, default: int) -> int:
+    path = f"/sys/devices/system/cpu/cpu0/cache/index{index}/size"
     try:
         if hardware.kind == "cpu" and os.path.exists(path):
             text = open(path).read().strip().upper()
             return int(text.rstrip("K")) * 1024 if text.endswith("K") else int(text)
     except (OSError, ValueError):
         pass
-    return DEFAULT_L1_BYTES
+    return default
 
 
-def rule_schedule(task: Task, hardware: Hardware) -> RuleSchedule:
+def l1_bytes(hardware: Hardware) -> int:
+    """L1 data cache of the host (sysfs), or the default for a hardware that is not this host."""
+    return _cache_bytes(hardware, 0, DEFAULT_L1_BYTES)
+
+
+def l2_bytes(hardware: Hardware) -> int:
+    """L2 cache of the host (sysfs index2), or the default for a hardware that is not this host."""
+    return _cache_bytes(hardware, 2, DEFAULT_L2_BYTES)
+
+
+def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True) -> RuleSchedule:
     """The rule-chosen, postprocessed schedule of ``task`` for a CPU ``hardware``.
 
-    Raises ``ValueError`` for a CUDA hardware (dlight's job) and when no sketch yields a
-    program every postprocessor accepts.
+    ``blocked=False``: the Roller-style tiles alone (the rule baseline before the blocked plan,
+    kept to measure one against the other: bench/studies/rules.py). Raises ``ValueError`` for a
+    CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
     if hardware.kind != "cpu":
         raise ValueError(f"the rule scheduler is for CPUs; {hardware.key} is {hardware.kind} (use tvm.s_tir.dlight)")
@@ -88,7 +110,7 @@ def rule_schedule(task: Task, hardware: Hardware) -> RuleSchedule:
                                                          not _fuses_consumer(sketches[i].trace), i))
     refused = []
     for i in order:
-        sch, decisions = _apply_rules(task, hardware, sketches[i].trace)
+        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked)
         why = refusing_postproc(sch, task, hardware)
         if why is None:
             return RuleSchedule(sch, i, decisions, time.perf_counter() - t0)
@@ -104,7 +126,7 @@ def _fuses_consumer(trace: Any) -> bool:
     return any(inst.kind.name == "ReverseComputeAt" for inst in trace.insts)
 
 
-def _apply_rules(task: Task, hardware: Hardware, trace: Any) -> tuple[Any, dict]:
+def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True) -> tuple[Any, dict]:
     """Replay a sketch with every decision chosen by rule; the schedule and the decisions."""
     from tvm.s_tir.schedule import Schedule
 
@@ -114,6 +136,7 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any) -> tuple[Any, dict]
     sch = Schedule(as_module(task.mod))
     chosen: dict[int, Any] = {}
     state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None}
+    planned = _blocked_plans(task, hardware, trace, plan) if blocked else {}
     counter = [0]  # the provider is called for every instruction, in trace order
 
     def provider(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
@@ -128,7 +151,9 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any) -> tuple[Any, dict]
             role = plan.get(i, ("other", 0, 0, 0))
             if role[1] != state["group"]:  # a new block's tiles: parallel budget and tile sizes start over
                 state.update(group=role[1], parallel_left=hardware.cores * CHUNKS_PER_CORE, rows=1, cols=1)
-            tiles = _tiles(extent, n, max_inner, role, lanes, l1, state)
+            tiles = planned.get(i)
+            if tiles is None or math.prod(tiles) != extent or tiles[-1] > max_inner:
+                tiles = _tiles(extent, n, max_inner, role, lanes, l1, state)
             chosen[i] = tiles
             return [int(t) for t in tiles]
         if kind == "SampleCategorical":
@@ -140,6 +165,144 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any) -> tuple[Any, dict]
 
     trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
     return sch, chosen
+
+
+@dataclass(frozen=True)
+class BlockAxes:
+    """What the blocked (BLIS-style) plan needs of a block: its loops' extents and kinds in order,
+    which spatial loop is the output's contiguous axis, and which one reuses the vector loads."""
+
+    extents: tuple[int, ...]
+    reduce: tuple[bool, ...]
+    vector: int  # loop index of the output's stride-1 axis
+    rows: int | None  # loop index of the axis the vector-loaded input does not depend on (None: none)
+
+
+def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
+    """The :class:`BlockAxes` of ``block_name`` in an unscheduled module (None: not a plain
+    loop nest over its iterators, or no contiguous output axis)."""
+    from tvm.tirx.analysis import undefined_vars
+
+    from collectors.tir import block_realizes
+
+    func = next(iter(as_module(mod).functions.values()))
+    found = next((r for r, _ in block_realizes(func.body) if str(r.block.name_hint) == block_name), None)
+    if found is None or not found.block.writes:
+        return None
+    ivs = list(found.block.iter_vars)
+    var_of = {iv.var: i for i, iv in enumerate(ivs)}
+    write = found.block.writes[0]
+    out_last = [var_of[v] for v in undefined_vars(write.region[-1].min) if v in var_of] if len(write.region) else []
+    if len(out_last) != 1 or int(ivs[out_last[0]].iter_type) == 2:
+        return None
+    vec = out_last[0]
+    vec_var = ivs[vec].var
+    # inputs loaded as vectors: contiguous along the output's stride-1 axis
+    loaded = [r for r in found.block.reads if not r.source.same_as(write.source) and len(r.region)
+              and vec_var in set(undefined_vars(r.region[-1].min))]
+    used = set()
+    for r in loaded:
+        for rng in r.region:
+            used |= set(undefined_vars(rng.min))
+    reduce = tuple(int(iv.iter_type) == 2 for iv in ivs)
+    extents = tuple(int(iv.dom.extent) for iv in ivs)
+    rows = [i for i, iv in enumerate(ivs) if not reduce[i] and i != vec and iv.var not in used and extents[i] > 1]
+    return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None)
+
+
+def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int) -> tuple[int, int]:
+    """The register tile ``(MR, NR)`` of a BLIS-style micro-kernel: ``MR`` rows of ``nv = NR /
+    lanes`` vectors of accumulators. Measured on a Zen 3 (a 128x768x768 matmul, 20 tiles side by
+    side): ``nv`` a power of two (a 3-vector row ran 2-10x slower) and the accumulators within
+    half the register file (4x16 and 2x32 fastest, 6x16 and 8x16 1.3-1.5x slower: LLVM needs the
+    other half for the loaded vectors, broadcasts and addresses). Among those, the most FMAs per
+    value loaded (``MR * nv / (MR + nv)``), then the wider row. Both are divisors of their axes (a
+    perfect tiling); an axis with no multiple of the lanes among its divisors gets its largest
+    divisor up to two vectors."""
+    cols = [d for d in _divisors(cols_extent) if d % lanes == 0 and (d // lanes) in (1, 2, 4)] or [
+        _largest_divisor(cols_extent, 2 * lanes)]
+    best, best_key = (1, cols[0]), (-1.0, 0)
+    for nr in cols:
+        nv = -(-nr // lanes)
+        for mr in _divisors(rows_extent):
+            if mr * nv > registers // 2:
+                continue
+            key = (mr * nv / (mr + nv), nr)
+            if key > best_key:
+                best, best_key = (mr, nr), key
+    return best
+
+
+def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64) -> dict[int, list[int]]:
+    """Loop index -> tile factors (outer to inner) of the blocked plan: the micro-kernel as the
+    innermost spatial level, the inner reduction level sized so the micro-panels of both inputs
+    stay in half the L1, the next spatial level (rows x columns of micro-tiles) so a block of the
+    reused input stays in the L2, the outermost level over the cores, the rest between."""
+    from collectors.failure_modes import vector_registers
+
+    lanes = max(1, hardware.vector_bits // 32)
+    rows_ext = axes.extents[axes.rows] if axes.rows is not None else 1
+    mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, vector_registers(hardware))
+    inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
+    inner[axes.vector] = nr
+    if axes.rows is not None:
+        inner[axes.rows] = mr
+    plan: dict[int, list[int]] = {}
+    # inner reduction: the k-depth whose A (mr x kc) and B (kc x nr) micro-panels fit half the L1,
+    # at most INNER_REDUCTION: B is not packed, and its kc rows, a row stride apart (often a
+    # multiple of 4 KB), share one L1 set (kc 64 ran 1.2-10x slower than 8-16 on the Zen 3)
+    k_left = max(1, min(INNER_REDUCTION, l1_bytes(hardware) // 2 // (4 * (mr + nr))))
+    kc = 1
+    for i in reversed(range(len(axes.extents))):
+        if axes.reduce[i]:
+            k1 = _largest_divisor(axes.extents[i], min(k_left, max_inner))
+            k_left = max(1, k_left // k1)
+            kc *= k1
+            plan[i] = [axes.extents[i] // k1, k1]
+    parallel_left = hardware.cores * CHUNKS_PER_CORE
+    l2 = l2_bytes(hardware)
+    for i, ext in enumerate(axes.extents):
+        if axes.reduce[i]:
+            continue
+        rest = ext // inner[i]
+        t0 = _largest_divisor(rest, parallel_left)
+        parallel_left = max(1, parallel_left // t0)
+        rest //= t0
+        if i == axes.vector:  # columns of micro-tiles whose B panels (kc x nr each) share half the L2
+            t2 = _largest_divisor(rest, max(1, l2 // 2 // (4 * kc * nr)))
+        elif i == axes.rows:  # rows of micro-tiles whose A panels (mr x kc each) share a quarter of it
+            t2 = _largest_divisor(rest, max(1, l2 // 4 // (4 * kc * mr)))
+        else:
+            t2 = 1
+        plan[i] = [t0, rest // t2, t2, inner[i]]
+    return plan
+
+
+def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict) -> dict[int, list[int]]:
+    """Instruction index -> tiles of every SamplePerfectTile that tiles a block the blocked plan
+    covers (a 4-level spatial, 2-level reduction tiling of a block with a contiguous output)."""
+    groups: dict[int, list[int]] = {}
+    for i, (role, group, _pos, _n) in roles.items():
+        groups.setdefault(group, []).append(i)
+    block_of = {}
+    for inst in trace.insts:
+        if inst.kind.name == "GetSBlock":
+            block_of[inst.outputs[0]] = str(inst.attrs[0])
+    out: dict[int, list[int]] = {}
+    for group, samples in groups.items():
+        if group < 0 or any(int(trace.insts[i].attrs[0]) not in (2, 4) for i in samples):
+            continue
+        name = block_of.get(trace.insts[group].inputs[0])
+        axes = block_axes(task.mod, name) if name else None
+        if axes is None or len(samples) != len(axes.extents):
+            continue
+        plan = _blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples))
+        loops = {p: i for p, i in zip(range(len(axes.extents)), sorted(samples))}
+        for p, i in loops.items():
+            want = 4 if not axes.reduce[p] else 2
+            if int(trace.insts[i].attrs[0]) == want and p in plan:
+                out[i] = plan[p]
+    return out
 
 
 def _tile_roles(trace: Any) -> dict[int, tuple[str, int, int, int]]:

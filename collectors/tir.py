@@ -17,7 +17,7 @@ module's users (the CLI's argument parsing, storage) never need it.
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 _MASK64 = (1 << 64) - 1
 
@@ -128,3 +128,22 @@ def tvm_version() -> str:
     import tvm
 
     return str(tvm.__version__)
+
+
+def block_realizes(stmt: Any, loops: tuple = ()) -> Iterator[tuple[Any, tuple]]:
+    """Every ``SBlockRealize`` under a TIR statement with the ``For`` loops around it, outermost
+    first (nested blocks too)."""
+    kind = type(stmt).__name__
+    if kind == "For":
+        yield from block_realizes(stmt.body, loops + (stmt,))
+        return
+    if kind == "SBlockRealize":
+        yield stmt, loops
+        yield from block_realizes(stmt.block.body, loops)
+        return
+    for child in getattr(stmt, "seq", None) or ():
+        yield from block_realizes(child, loops)
+    for attr in ("body", "then_case", "else_case"):
+        child = getattr(stmt, attr, None)
+        if child is not None and type(child).__module__.startswith("tvm"):
+            yield from block_realizes(child, loops)

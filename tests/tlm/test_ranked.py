@@ -44,6 +44,20 @@ def test_ranked_candidates_come_best_predicted_first(lm, ranker, tasks, cpu_hw):
     assert g.candidates[0].predicted >= ranker.predict(tasks["matmul"], cpu_hw, [greedy.schedule])[0] - 1e-9
 
 
+def test_the_rules_program_is_in_every_ranked_pool(lm, ranker, tasks, cpu_hw):
+    """The rule baseline's program is ranked beside the model's (issue 32, item 6): with the whole
+    pool kept, it is there, named, proven valid, and the top-1 is predicted at least as fast."""
+    from collectors.rules import rule_schedule
+
+    model, tok = lm
+    g = generate(tasks["matmul"], cpu_hw, model, tok, k=64, ranker=ranker, pool=4)
+    ruled = [c for c in g.candidates if c.origin == "rules"]
+    assert len(ruled) == 1 and ruled[0].schedule is not None
+    assert ruled[0].schedule.mod.script() == rule_schedule(tasks["matmul"], cpu_hw).schedule.mod.script()
+    assert g.candidates[0].predicted >= ruled[0].predicted
+    assert all(c.origin == "model" for c in generate(tasks["matmul"], cpu_hw, model, tok, k=4).candidates)
+
+
 def test_ranked_generation_is_deterministic(lm, ranker, tasks, cpu_hw):
     model, tok = lm
     first = generate(tasks["softmax"], cpu_hw, model, tok, k=1, ranker=ranker, pool=4).candidates[0].text

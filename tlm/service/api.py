@@ -77,6 +77,7 @@ class CandidateOut(BaseModel):
     sketch_id: int
     score: float  # mean log-probability per decision token
     predicted: float | None = None  # the cost model's score (higher is faster), when it ranked
+    origin: str = "model"  # "rules": the rule baseline's program, ranked beside the model's
     decisions: list[str]  # the decision words of the sentence
     trace: list = Field(description="the postprocessed MetaSchedule trace with its decisions (Trace.as_json), "
                                     "as a tuning record stores it")
@@ -312,7 +313,7 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
         measure_s=g.measure_s,
         best=None if best is None else g.candidates.index(best),
         candidates=[CandidateOut(rank=i, sketch_id=c.sketch_id, score=c.score, predicted=c.predicted,
-                                 decisions=c.decisions,
+                                 origin=c.origin, decisions=c.decisions,
                                  trace=trace_json(c.schedule.trace), tvmscript=c.schedule.mod.script(),
                                  latency_s=c.latency_s, error=c.error,
                                  layout_rewrites=[LayoutRewriteOut(param=r.param, shape=list(r.shape),

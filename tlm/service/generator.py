@@ -66,6 +66,7 @@ class Candidate:
     predicted: float | None = None  # the cost model's score (higher is faster), when one ranked it
     latency_s: float | None = None  # measured (correct) latency, once measure_candidates ran
     error: str | None = None  # why its measurement failed (build, run, wrong answer)
+    origin: str = "model"  # who wrote it: "model", or "rules" (the rule baseline's program in a ranked pool)
 
     @property
     def score(self) -> float:
@@ -125,7 +126,14 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
             rows = decode_prompts(model, tokenizer, task, hardware, prompts, 1)
             rows += decode_prompts(model, tokenizer, task, hardware, prompts, max(1, -(-pool // len(prompts))),
                                    sample=True)
+            ruled = rule_rows(task, hardware, sketches)
+            rows += ruled
         cands = likelihood_ranked(model, tokenizer, prompts, sketches, rows)
+        if ranker is not None and ruled:
+            words = prompts[ruled[0][0]] + ruled[0][1]
+            for c in cands:
+                if c.words == words:
+                    c.origin = "rules"  # the model may have written it too: then it is the rules' as well
         out.generate_s = time.perf_counter() - t0
     keep = cands[:k] if ranker is None else cands
     t1 = time.perf_counter()
@@ -143,6 +151,24 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     return out
 
 
+def rule_rows(task: Task, hardware: Hardware, sketches: list) -> list[tuple[int, list[str], None]]:
+    """The rule baseline's program (``collectors.rules``, BLIS-style blocking) as a row of the
+    pool: the cost model ranks it beside the model's programs, so the served top-1 is never
+    slower than the rules by the cost model's reckoning (issue 32, item 6). None on a GPU, or
+    where the rules give no program of a live sketch."""
+    from collectors.rules import rule_schedule
+    from tlm.language import LanguageError, encode
+
+    if hardware.kind != "cpu":
+        return []
+    try:
+        sentence = encode(task, hardware, rule_schedule(task, hardware).schedule.trace)
+    except (ValueError, LanguageError):
+        return []
+    idx = next((i for i, sk in enumerate(sketches) if sk.sketch_id == sentence.sketch_id), None)
+    return [] if idx is None else [(idx, list(sentence.decisions), None)]
+
+
 def likelihood_ranked(model: Any, tokenizer: Any, prompts: list[list[str]], sketches: list, rows: list) -> list[Candidate]:
     """Distinct decoded sentences (:func:`decode_prompts` rows) as candidates, scored by the model and
     sorted best first (unproven: :func:`generate` proves them)."""
@@ -157,9 +183,13 @@ def likelihood_ranked(model: Any, tokenizer: Any, prompts: list[list[str]], sket
         cands.append(Candidate(sketch_id=sketches[i].sketch_id, words=words, prompt_len=len(prompts[i]),
                                logprob=0.0, n_tokens=0))
         given.append(score)
-    scores = given if all(g is not None for g in given) else \
-        decision_logprobs(model, tokenizer, [c.text for c in cands], [c.prompt_len for c in cands])
-    for c, (lp, n) in zip(cands, scores):
+    missing = [i for i, g in enumerate(given) if g is None]  # beams, and rows written by other means
+    if missing:
+        rescored = decision_logprobs(model, tokenizer, [cands[i].text for i in missing],
+                                     [cands[i].prompt_len for i in missing])
+        for i, score in zip(missing, rescored):
+            given[i] = score
+    for c, (lp, n) in zip(cands, given):
         c.logprob, c.n_tokens = lp, n
     cands.sort(key=lambda c: (-c.score, c.sketch_id, c.text))
     return cands

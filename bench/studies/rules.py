@@ -1,0 +1,100 @@
+"""Strong rules (issue 32, item 6): does blocking like BLIS beat the Roller-style tiles, and how
+near peak is the rule baseline on the held-out matmuls?
+
+    .venv/bin/python -m bench.studies.rules [--convs 4] [--out bench/results/rules.json]
+
+Tasks: every matmul of the judging set (the held-out models' workloads, ``bench.judging``) and
+the first ``--convs`` convolutions of the fixed training sample (``bench.judging.training_sample``:
+the rules learn nothing, so a training workload judges them as well as a held-out one). Per
+task, in one measurement call (``collectors.judge``: checked, 3 x 3 runs, median): the blocked
+rules (``collectors.rules.rule_schedule``), the Roller-style tiles they replaced
+(``blocked=False``), the key's fastest corpus record when it has one (MetaSchedule's 64-trial
+search, re-measured) and PyTorch eager. % of peak against ``bench.quality.peak_gflops`` (a
+2048^3 PyTorch matmul on this machine), as the quality benchmark reports it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from bench._common import RESULTS, geomean, machine, refuse_beside_measuring, write_noted
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--convs", type=int, default=4, help="convolutions of the training sample to judge too")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "rules.json"))
+    args = ap.parse_args()
+    refuse_beside_measuring("judge the rules")
+
+    from bench.judging import judging_set, training_sample
+    from bench.quality import peak_gflops
+    from collectors.hardware import detect_hardware
+    from collectors.judge import Method, judge
+    from collectors.rules import rule_schedule
+    from collectors.tir import schedule_of
+    from storage import Corpus
+    from bench.judging import CORPUS
+
+    hw = detect_hardware("cpu")
+    tasks = [t for t in judging_set(hw, outside=False) if t.op_kind in ("matmul", "batch_matmul", "dense")]
+    tasks += [t for t in training_sample(hw.key, n=40) if t.op_kind == "conv2d"][: args.convs]
+    peak = peak_gflops(hw.cores)
+    rows = []
+    t0 = time.time()
+    with Corpus.open(CORPUS) as corpus:
+        for t in tasks:
+            methods = {"rules_blocked": Method([rule_schedule(t, hw).schedule], 0.0),
+                       "rules_roller": Method([rule_schedule(t, hw, blocked=False).schedule], 0.0)}
+            best = corpus.top_k(t.workload_key, hw.key, k=1).to_pylist()
+            if best:
+                methods["corpus_best"] = Method([schedule_of(t.mod, best[0]["trace_json"])], 0.0)
+            res = judge(t, hw, methods)
+            lat = {n: v["latency_s"] for n, v in res.items() if v.get("latency_s")}
+            row = {"task": t.task_name, "model": t.model, "op_kind": t.op_kind, "flops": t.flops,
+                   "held_out": t.op_kind != "conv2d", "latency_s": lat,
+                   "pct_of_peak": {n: 100 * t.flops / v / 1e9 / peak for n, v in lat.items()}}
+            rows.append(row)
+            print(t.task_name, {n: f"{v * 1e3:.3f} ms ({row['pct_of_peak'][n]:.0f}%)" for n, v in lat.items()},
+                  flush=True)
+    ratio = lambda rs, a, b: geomean([r["latency_s"][b] / r["latency_s"][a] for r in rs  # noqa: E731
+                                      if a in r["latency_s"] and b in r["latency_s"]])
+    held = [r for r in rows if r["held_out"]]
+    res = {"machine": machine(hw), "hardware": hw.key, "peak_gflops": peak, "wall_s": round(time.time() - t0),
+           "tasks": rows,
+           "summary": {
+               "held_out_matmuls_pct_of_peak": {n: geomean([r["pct_of_peak"].get(n) for r in held])
+                                                for n in ("rules_blocked", "rules_roller", "torch_eager")},
+               "blocked_over_roller": {"held_out_matmuls": ratio(held, "rules_blocked", "rules_roller"),
+                                       "convolutions": ratio([r for r in rows if not r["held_out"]],
+                                                             "rules_blocked", "rules_roller")},
+               "blocked_over_corpus_best": ratio(rows, "rules_blocked", "corpus_best"),
+               "blocked_over_torch_eager": ratio(rows, "rules_blocked", "torch_eager")}}
+    write_noted(res, args.out, report_md, None)
+    print(json.dumps(res["summary"], indent=2))
+
+
+def report_md(res: dict) -> str:
+    s = res["summary"]
+    pk = s["held_out_matmuls_pct_of_peak"]
+    lines = [f"# Strong rules on {res['hardware']} ({res['machine'].get('cpu', '')})", "",
+             f"Peak (a 2048^3 PyTorch matmul here): {res['peak_gflops']:.1f} GFLOP/s. Held-out matmuls, geomean % of "
+             f"peak: blocked rules {pk['rules_blocked']:.0f}%, Roller-style {pk['rules_roller']:.0f}%, PyTorch eager "
+             f"{pk['torch_eager']:.0f}%. Blocked over Roller-style (speed, geomean): held-out matmuls "
+             f"{s['blocked_over_roller']['held_out_matmuls']:.2f}x, convolutions "
+             f"{s['blocked_over_roller']['convolutions'] or float('nan'):.2f}x; over the corpus's best record "
+             f"{s['blocked_over_corpus_best'] or float('nan'):.2f}x; over PyTorch eager {s['blocked_over_torch_eager']:.2f}x.",
+             "", "| task | model | ms: blocked | Roller-style | corpus best | torch eager | % of peak: blocked |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in res["tasks"]:
+        lat = r["latency_s"]
+        f = lambda n: f"{lat[n] * 1e3:.3f}" if n in lat else "-"  # noqa: E731
+        lines.append(f"| {r['task']} | {r['model']} | {f('rules_blocked')} | {f('rules_roller')} | {f('corpus_best')} | "
+                     f"{f('torch_eager')} | {r['pct_of_peak'].get('rules_blocked', 0):.0f}% |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
