@@ -29,6 +29,20 @@ def test_a_zoo_task_round_trips_through_its_tvmscript(tasks):
     assert user.task_name == "mm" and user.flops == 2 * 64 ** 3
 
 
+def test_a_posted_convolution_named_main_is_a_convolution_in_the_prompt():
+    """TOPI's conv1d_ncw posted as TVMScript ``main``: its op kind is read from the program (it
+    was 'elementwise', and the prompt told the model so)."""
+    from tvm import te, topi
+
+    from tlm.language import task_tokens
+
+    x, w = te.placeholder((1, 16, 64), name="x"), te.placeholder((32, 16, 3), name="w")
+    text = te.create_prim_func([x, w, topi.nn.conv1d_ncw(x, w, 1, 1, 1)]).script()
+    t = task_from_tvmscript(text)
+    assert t.op_kind == "conv1d"
+    assert task_tokens(t)[:2] == ["task", "conv1d"]
+
+
 @pytest.mark.parametrize("text, names", [
     ("import os", "import os"),
     ("from subprocess import run", "from subprocess import"),

@@ -243,7 +243,7 @@ def task_from_tvmscript(text: str) -> Any:
         flops = 0.0
     task_name = name if name != "main" else "user_task"
     return Task(workload_key=workload_key(mod), task_name=task_name, mod=mod, flops=flops,
-                op_kind=op_kind_of(task_name))
+                op_kind=op_kind_of(task_name, mod))
 
 
 def task_of_request(req: ScheduleRequest, corpus: Any | None) -> Any:
