@@ -243,7 +243,7 @@ class ScheduleServer:
             with self._lock:
                 task = task_of_request(req, self.corpus)
                 out = schedule(req, task, hardware, held.model, held.tokenizer, held.entry.model_id,
-                               on_records=on_records, ranker=held.ranker)
+                               on_records=on_records, ranker=held.ranker, corpus=self.corpus)
             out.fallback, out.fallback_reason = held.serving.fallback, held.serving.why or None
             return out
 

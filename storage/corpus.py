@@ -36,7 +36,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -385,8 +385,39 @@ class Corpus(IntegrityMixin, RunsMixin, RegistryMixin):
         )
         with self.engine.connect() as conn:
             hits = conn.execute(q).all()
-            if not hits:
-                return RECORD_SCHEMA.empty_table()
+        out = self._records_at(hits)
+        return out.sort_by([("latency_s", "ascending"), ("record_id", "ascending")])
+
+    def best_records(self, workload_keys: Iterable[str], hardware_key: str) -> dict[str, dict]:
+        """workload_key -> its fastest successful record on ``hardware_key`` (a row dict), for
+        every one of ``workload_keys`` the corpus measured there: a whole model's lookup in one
+        grouped index query (and the rows from the cache of top records, else their parts)."""
+        keys = [check_workload_key(k) for k in dict.fromkeys(workload_keys)]
+        hw = self._hw_id(hardware_key, create=False)
+        if hw is None or not keys:
+            return {}
+        r = ix.records.c
+        cond = [r.hw_id == hw, r.latency_s.is_not(None), r.workload_key.in_([ix.wk_to_db(k) for k in keys])]
+        best = sa.select(r.workload_key, sa.func.min(r.latency_s).label("m")).where(*cond).group_by(r.workload_key).subquery()
+        q = (sa.select(r.record_id, ix.parts.c.path, r.row_idx, r.workload_key)
+             .join_from(ix.records, best, sa.and_(r.workload_key == best.c.workload_key, r.latency_s == best.c.m))
+             .join(ix.parts, r.part_id == ix.parts.c.part_id)
+             .where(r.hw_id == hw)
+             .order_by(r.workload_key, r.record_id))
+        with self.engine.connect() as conn:
+            hits, seen = [], set()
+            for rid, path, row_idx, wk in conn.execute(q):
+                if wk not in seen:  # equal latencies: the smallest id, as top_k orders them
+                    seen.add(wk)
+                    hits.append((rid, path, row_idx))
+        return {row["workload_key"]: row for row in self._records_at(hits).to_pylist()}
+
+    def _records_at(self, hits: list) -> pa.Table:
+        """The records of index hits ``(record_id, part path, row index)``: from the cache of top
+        records where it has them, else read from their parts."""
+        if not hits:
+            return RECORD_SCHEMA.empty_table()
+        with self.engine.connect() as conn:
             cached = {
                 bytes(rid): payload
                 for rid, payload in conn.execute(
@@ -404,8 +435,7 @@ class Corpus(IntegrityMixin, RunsMixin, RegistryMixin):
                 by_part.setdefault(path, []).append(row_idx)
         for path, idxs in by_part.items():
             pieces.append(self._parts.take(path, idxs))
-        out = pa.concat_tables(pieces)
-        return out.sort_by([("latency_s", "ascending"), ("record_id", "ascending")])
+        return pa.concat_tables(pieces)
 
     def best_latencies(self, hardware_key: str) -> dict[str, float]:
         """workload_key -> fastest successful latency on ``hardware_key`` (from the index alone)."""

@@ -69,3 +69,18 @@ def test_parts_written_before_a_column_was_added_read_with_it_null(shipped):
         assert rows and all("host_load" in r for r in rows)
         assert any(r["host_load"] is None for r in rows)
         assert c.scan(columns=["host_load"]).num_rows > 0
+
+
+def test_a_whole_models_best_records_in_one_lookup_equal_each_top_1(shipped):
+    """``best_records`` (the compile's corpus-first lookup) gives, for every workload a key
+    measured, the record ``top_k(k=1)`` gives; a workload it never measured is absent."""
+    from storage import Corpus
+
+    with Corpus.open(shipped) as c:
+        key = "cpu-znver3-2c"
+        keys = sorted(c.best_latencies(key))
+        best = c.best_records(keys + ["0123456789abcdef"], key)
+        assert set(best) == set(keys)
+        for wk in keys[:: max(1, len(keys) // 25)]:
+            assert best[wk]["record_id"] == c.top_k(wk, key, k=1).column("record_id")[0].as_py()
+        assert c.best_records(keys, "cpu-nosuchcpu-2c") == {}

@@ -4,9 +4,11 @@
                 [--module pkg.mod:factory] [--endpoint URL] [--out model.so]
                 [--corpus DIR] [--small] [--seq-len N] [--image-size N] [--no-torch-compile] [--json]
 
-Extracts the model's tasks, asks the model (loaded here, or the server at ``--endpoint``) for
-each task's schedule: the top-1 as written (``--top-k 1``, no measurement) or the fastest of
-K measured candidates. The schedules go into a MetaSchedule database, ``compile_relax``
+Extracts the model's tasks; a task the corpus (``--corpus``) measured on this hardware key gets
+its fastest correct record (``source: corpus``; ``--no-corpus`` asks the model for every task);
+for the rest it asks the model (loaded here, or the server at ``--endpoint``) for the task's
+schedule: the top-1 as written (``--top-k 1``, no measurement) or the fastest of K measured
+candidates. The schedules go into a MetaSchedule database, ``compile_relax``
 builds the model with them, its output is checked against PyTorch on the example inputs, and
 its latency is printed beside TVM's untuned build, PyTorch eager and ``torch.compile``, with
 the compile time split into extraction, generation, measurement and build.
@@ -49,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=int, default=None, help="CNN image side (default 224)")
     p.add_argument("--seq-len", type=int, default=None, help="transformer sequence length (default 128)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip timing torch.compile (slow to compile)")
+    p.add_argument("--no-corpus", action="store_true",
+                   help="ask the model for every task, even those the corpus measured on this key")
     p.add_argument("--corpus-best", action="store_true",
                    help="also build with the best record per task in --corpus (MetaSchedule's search) and time it")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -122,9 +126,11 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
+        "from_corpus": sum(1 for c in chosen if c.source == "corpus"),
         "default_lowering": [{"task": c.task.task_name, "why": c.error} for c in chosen if c.trace is None],
         "correct": correct, "max_abs_err": err, "latency": lat, "compile_time": times,
-        "per_task": [{"task": c.task.task_name, "weight": c.task.weight, "candidates": c.candidates, "rank": c.rank,
+        "per_task": [{"task": c.task.task_name, "source": c.source, "weight": c.task.weight,
+                      "candidates": c.candidates, "rank": c.rank,
                       "latency_s": c.latency_s, "generate_s": c.generate_s, "measure_s": c.measure_s,
                       "error": c.error} for c in chosen],
     }
@@ -175,8 +181,15 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
 
             corpus.register_hardware(hw.key, target=hw.target, description=hw.description)
             register_tasks(corpus, tasks)
+        known = None
+        if corpus is not None and not args.no_corpus:
+            known = corpus.best_records([t.workload_key for t in tasks], hw.key)
+            if known:
+                console.print(f"{len(known)} of {len(tasks)} tasks measured on {hw.key} in the corpus: their "
+                              "fastest records are used (--no-corpus: the model writes every one)")
         with _bar(console, len(tasks)) as advance:
-            chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance)
+            chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance,
+                                    known=known)
     finally:
         if corpus is not None:
             corpus.close()
@@ -337,7 +350,8 @@ def _print(report: dict, *, stream: Any) -> None:
         table.add_row(label, f"{s * 1e3:.3f}", f"{s / lat['tlm_s']:.2f}x", f"{c:.1f}")
     Console(file=stream).print(table)
     print(f"output vs PyTorch: max abs err {report['max_abs_err']:.2e} ({'ok' if report['correct'] else 'MISMATCH'}); "
-          f"{report['scheduled']}/{report['tasks']} tasks scheduled by the TLM; compile time: extract "
+          f"{report['scheduled']}/{report['tasks']} tasks scheduled ({report['from_corpus']} from the corpus's "
+          f"measured records, the rest by the TLM); compile time: extract "
           f"{times['extract_s']:.1f} s, generate {times['generate_s']:.1f} s, measure {times['measure_s']:.1f} s, "
           f"build {times['build_s']:.1f} s", file=stream)
     for d in report["default_lowering"]:

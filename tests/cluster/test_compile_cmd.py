@@ -71,6 +71,16 @@ def test_compile_a_users_module_with_measured_top_k_appends_to_the_corpus(tiny_d
     with Corpus.open(str(tmp_path / "c")) as corpus:
         tuners = set(corpus.scan().column("tuner").to_pylist())
     assert tuners == {"tlm:tiny-host"}
+    # compiled again, without measuring: every task the first compile measured is answered with
+    # the corpus's fastest record of it (issue 33: what the cluster measured, served first)
+    rc = main(["compile", "--module", "user_net:make", "--tlm-model", tiny_dir, "--corpus", str(tmp_path / "c"),
+               "--no-torch-compile", "--json"])
+    second = _report(capsys)
+    assert rc == 0 and second["correct"] and second["from_corpus"] == len(measured)
+    first = {t["task"]: t["latency_s"] for t in measured}
+    again = {t["task"]: t for t in second["per_task"]}
+    assert all(again[n]["source"] == "corpus" and again[n]["latency_s"] == lat for n, lat in first.items())
+    assert all(t["source"] == "model" for n, t in again.items() if n not in first and not t["error"])
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -139,6 +139,32 @@ def test_measured_answer_times_every_candidate_and_hands_the_records_on(lm, cpu_
     assert [x.latency_s for x in got] == [c.latency_s for c in r.candidates]
 
 
+@pytest.mark.slow
+def test_a_workload_the_corpus_measured_is_answered_with_its_fastest_record(lm, cpu_hw, tmp_path):
+    """Measured once (the records land in the corpus), asked again: the answer is the corpus's
+    fastest record, its measured latency and a program that rebuilds from its trace; measuring,
+    or use_corpus=false, asks the model again."""
+    from collectors.tasks import register_tasks
+    from collectors.tir import schedule_of
+    from storage import Corpus
+
+    model, tok = lm
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        req = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, k=2, measure=True)
+        task = task_of_request(req, corpus)
+        corpus.register_hardware(cpu_hw.key, target=cpu_hw.target, description=cpu_hw.description)
+        register_tasks(corpus, [task])
+        first = schedule(req, task, cpu_hw, model, tok, "tiny-random", on_records=corpus.append, corpus=corpus)
+        assert first.source == "model"
+        ask = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key)
+        r = schedule(ask, task, cpu_hw, model, tok, "tiny-random", corpus=corpus)
+        assert r.source == "corpus" and len(r.candidates) == 1 and r.candidates[0].origin == "corpus"
+        assert r.candidates[0].latency_s == min(c.latency_s for c in first.candidates)
+        assert schedule_of(task.mod, r.candidates[0].trace).mod.script() == r.candidates[0].tvmscript
+        opt_out = ScheduleRequest(tvmscript=MATMUL, hardware=cpu_hw.key, use_corpus=False)
+        assert schedule(opt_out, task, cpu_hw, model, tok, "tiny-random", corpus=corpus).source == "model"
+
+
 def _dense_tvmscript() -> str:
     """TOPI's dense, whose weight is layout-free (``layout_free_buffers``), as a deployer sends it."""
     import tvm

@@ -54,6 +54,9 @@ class ScheduleRequest(BaseModel):
     keep_layout: bool = Field(False, description="schedules that read every input in its own layout: the task's "
                               "layout-free inputs (layout_free_buffers) are treated as fixed, so no candidate "
                               "has layout_rewrites")
+    use_corpus: bool = Field(True, description="when the server's corpus measured this workload on this hardware and "
+                             "measure is false, answer with its fastest correct record (source 'corpus', its "
+                             "measured latency) instead of generating")
 
     @model_validator(mode="after")
     def _one_task(self) -> "ScheduleRequest":
@@ -75,9 +78,9 @@ class CandidateOut(BaseModel):
 
     rank: int  # 0 = the best ranked (the cost model's best, else the model's most likely)
     sketch_id: int
-    score: float  # mean log-probability per decision token
+    score: float | None = None  # mean log-probability per decision token (None: a corpus record's)
     predicted: float | None = None  # the cost model's score (higher is faster), when it ranked
-    origin: str = "model"  # "rules": the rule baseline's program, ranked beside the model's
+    origin: str = "model"  # "rules": the rule baseline's program, ranked beside the model's; "corpus": measured
     decisions: list[str]  # the decision words of the sentence
     trace: list = Field(description="the postprocessed MetaSchedule trace with its decisions (Trace.as_json), "
                                     "as a tuning record stores it")
@@ -98,6 +101,7 @@ class ScheduleResponse(BaseModel):
     model_id: str
     fallback: bool = False  # the key has no model of its own: model_id is the nearest key's (or a multi-key model)
     fallback_reason: str | None = None  # which key's model answers, and why that one
+    source: str = "model"  # "corpus": the corpus's fastest measured record of the workload on this key
     sketches: int  # live sketches generated
     candidates: list[CandidateOut]
     generate_s: float  # decoding (all sketches)
@@ -265,9 +269,12 @@ def task_of_request(req: ScheduleRequest, corpus: Any | None) -> Any:
 # Answering
 
 def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokenizer: Any, model_id: str, *,
-             on_records: Callable[[list], None] | None = None, ranker: Any = None) -> ScheduleResponse:
+             on_records: Callable[[list], None] | None = None, ranker: Any = None,
+             corpus: Any = None) -> ScheduleResponse:
     """Generate (and with ``measure`` build, run and check) the request's candidates, ranked by
-    ``ranker`` (the model's cost model) when given and the request asks for it.
+    ``ranker`` (the model's cost model) when given and the request asks for it. A workload
+    ``corpus`` measured on this key is answered with its fastest record instead (unless the
+    request measures or opts out: ``use_corpus``).
 
     A task with no schedulable block, or one the model's context cannot hold, is a 422; a
     measurement this host cannot run (another CPU's ISA) is a 409. ``on_records`` receives the
@@ -286,6 +293,10 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
             from collectors.tir import workload_key
 
             task = dataclasses.replace(task, mod=mod, workload_key=workload_key(mod))
+    if corpus is not None and req.use_corpus and not req.measure:
+        known = corpus.best_records([task.workload_key], hardware.key).get(task.workload_key)
+        if known is not None:
+            return corpus_answer(task, hardware, known, model_id)
     if not [b for b in block_names(task.mod) if b != "root"]:
         raise ApiError(422, f"{task.task_name}: no schedulable block (a PrimFunc without T.sblock computes nothing "
                             "to schedule)")
@@ -321,6 +332,26 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
                                                   for r in layout.layout_rewrites(c.schedule.mod)])
                     for i, c in enumerate(g.candidates)],
     )
+
+
+def corpus_answer(task: Any, hardware: Any, record: dict, model_id: str) -> ScheduleResponse:
+    """The answer of a workload the corpus measured on this key: its fastest correct record
+    (issue 33: what the cluster measured, served first), with the measured latency."""
+    import json
+
+    from collectors import layout
+    from collectors.tir import schedule_of
+
+    sch = schedule_of(task.mod, record["trace_json"])
+    return ScheduleResponse(
+        task_name=task.task_name, workload_key=task.workload_key, hardware=hardware.key, model_id=model_id,
+        source="corpus", sketches=0, generate_s=0.0, check_s=0.0,
+        best=0, candidates=[CandidateOut(
+            rank=0, sketch_id=int(record.get("sketch_id") if record.get("sketch_id") is not None else -1),
+            origin="corpus", decisions=[], trace=json.loads(record["trace_json"]), tvmscript=sch.mod.script(),
+            latency_s=record["latency_s"],
+            layout_rewrites=[LayoutRewriteOut(param=r.param, shape=list(r.shape), index_map=r.index_map)
+                             for r in layout.layout_rewrites(sch.mod)])])
 
 
 def check_token(header: str | None, expected: str | None) -> None:

@@ -10,6 +10,7 @@ schedule (no schedulable block, say) keeps TVM's default lowering and says why.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ class TaskSchedule:
     generate_s: float = 0.0
     measure_s: float = 0.0
     error: str | None = None  # why the task keeps the default lowering
+    source: str = "model"  # "corpus": the key's fastest measured record; "model": the source's; "default": TVM's
 
 
 #: ``source(task, k) -> Proposal``
@@ -76,10 +78,12 @@ def endpoint_source(url: str, hardware_key: str, *, token: str | None = None, ra
 
 def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *, top_k: int = 1,
                    on_records: Callable[[list], None] | None = None,
-                   progress: Callable[[TaskSchedule], None] | None = None) -> list[TaskSchedule]:
-    """One schedule per task: the source's top-1, or the fastest of its ``top_k`` measured here.
-
-    Measured records go to ``on_records`` (the closed loop, tuner ``tlm:<model id>``).
+                   progress: Callable[[TaskSchedule], None] | None = None,
+                   known: dict[str, dict] | None = None) -> list[TaskSchedule]:
+    """One schedule per task: the corpus's fastest record of it on this key when ``known`` (a
+    ``Corpus.best_records`` answer) has one, else the source's top-1, or the fastest of its
+    ``top_k`` measured here. Measured records go to ``on_records`` (the closed loop, tuner
+    ``tlm:<model id>``).
     """
     from collectors.tir import schedule_of
     from collectors.tuner import measure_schedules
@@ -89,10 +93,18 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
     out = []
     for task in tasks:
         ts = TaskSchedule(task)
+        record = (known or {}).get(task.workload_key)
+        if record is not None:  # what the cluster measured, served first
+            ts.trace, ts.latency_s, ts.source, ts.candidates = json.loads(record["trace_json"]), record["latency_s"], \
+                "corpus", 1
+            out.append(ts)
+            if progress is not None:
+                progress(ts)
+            continue
         try:
             choice = source(task, top_k)
         except (ValueError, ApiError) as exc:  # the source cannot schedule it: TVM's default stays
-            ts.error = str(exc)[:300]
+            ts.error, ts.source = str(exc)[:300], "default"
             log.warning("%s keeps the default lowering: %s", task.task_name, ts.error)
         else:
             ts.candidates, ts.generate_s, ts.trace = len(choice.traces), choice.generate_s, choice.traces[0]
