@@ -74,3 +74,14 @@ def test_the_training_sample_and_its_teacher_health_on_the_shipped_corpus(znver4
     assert health["rules"]["one_core"] == 0.5 and health["teacher"]["n"] == 16 and health["teacher_best"]["n"] == 2
     md = "\n".join(health_md(health))
     assert "| rules | 2 | 50% |" in md and "| teacher | 16 |" in md and "clean" in md
+
+
+def test_the_teacher_figure_needs_its_references_and_says_how_to_get_them(znver4_hw):
+    from bench.learning import report_md, teacher
+
+    with pytest.raises(SystemExit, match=r"no MetaSchedule@256 reference of .* on cpu-znver4-2c: run python -m "
+                                         r"bench.references --set train --tasks 2 --trials 256 first"):
+        teacher(znver4_hw, corpus_dir=None, n=2)
+    md = report_md({"teacher": {"cpu-x-2c": {"0": {"workloads": 16, "corpus_best_vs_ms_256": 0.8, "ms_64_vs_ms_256":
+                                                   0.77, "rules_vs_ms_256": None, "pool_health": {"any": 0.49}}}}})
+    assert "| cpu-x-2c | 0 | 16 | 0.80x | 0.77x | - | 49% |" in md

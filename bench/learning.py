@@ -1,0 +1,112 @@
+"""How good is the teacher, round after round (issue 32, items 3-4): the corpus's best programs on
+a fixed sample of training workloads against MetaSchedule@256 on the same workloads.
+
+    .venv/bin/python -m bench.references --set train --tasks 16 --trials 256   # the references, once
+    .venv/bin/python -m bench.learning teacher --round 0 [--corpus data/corpus] [--tasks 16]
+
+The sample is ``bench.judging.training_sample`` (16 searched training workloads the corpus
+measured on this key, in workload-key order); MetaSchedule@256 is ``bench.references``'s cached
+search of each (a workload without one is refused: search it first). Per workload, in one
+measurement call (``collectors.judge``: checked, 3 x 3 runs, median): the corpus's fastest
+record on this key (the teacher's best program: what a fine-tune imitates), MetaSchedule@64
+and @256 from the reference search, and the rule baseline. The teacher's figure is the geomean
+of MS@256 / corpus best (1.0: as good as a 256-trial search); its pool health (the failure modes
+of its 64 fastest records per workload, ``bench.quality.teacher_modes``) is stored beside.
+
+Writes ``bench/results/learning.json`` (``teacher`` keyed by round; the student's figures,
+``student_train`` and ``student_heldout``, and ``coverage_curve`` join it as those rounds run)
+and its Markdown; a round measured again replaces its entry, other rounds are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from bench._common import RESULTS, geomean, machine, refuse_beside_measuring
+
+OUT = os.path.join(RESULTS, "learning.json")
+
+
+def teacher(hardware: object, *, corpus_dir: str | None, n: int, trials: int = 256) -> dict:
+    """The teacher's figure on the training sample (module docstring)."""
+    from bench.judging import training_sample
+    from bench.quality import health_of, teacher_modes
+    from bench.references import cache_path, reference_search
+    from collectors.judge import Method, judge, rules_method
+    from collectors.tir import schedule_of
+    from storage import Corpus
+    from bench.judging import CORPUS
+
+    tasks = training_sample(hardware.key, corpus_dir=corpus_dir, n=n)
+    missing = [t.task_name for t in tasks if not os.path.exists(cache_path(t.workload_key, hardware.key, trials, 0))]
+    if missing:
+        raise SystemExit(f"error: no MetaSchedule@{trials} reference of {', '.join(missing)} on {hardware.key}: "
+                         f"run python -m bench.references --set train --tasks {n} --trials {trials} first")
+    rows = []
+    with Corpus.open(corpus_dir or CORPUS) as corpus:
+        best = corpus.best_records([t.workload_key for t in tasks], hardware.key)
+    for t in tasks:
+        search = reference_search(t, hardware, trials)
+        methods = {"corpus_best": Method([schedule_of(t.mod, best[t.workload_key]["trace_json"])], 0.0),
+                   "rules": rules_method(t, hardware), **search.methods}
+        res = judge(t, hardware, methods, torch_eager=False)
+        lat = {k: v["latency_s"] for k, v in res.items() if v.get("latency_s")}
+        rows.append({"task": t.task_name, "workload_key": t.workload_key, "model": t.model, "latency_s": lat,
+                     "corpus_best_recorded_s": best[t.workload_key]["latency_s"],
+                     "corpus_best_tuner": best[t.workload_key]["tuner"]})
+        print(t.task_name, {k: f"{v * 1e6:.0f} us" for k, v in lat.items()}, flush=True)
+    ratio = lambda a, b: geomean([r["latency_s"][b] / r["latency_s"][a] for r in rows  # noqa: E731
+                                  if a in r["latency_s"] and b in r["latency_s"]])
+    modes = teacher_modes(hardware.key, hardware, corpus_dir=corpus_dir, n=n)
+    return {"workloads": len(rows), "tasks": rows,
+            "corpus_best_vs_ms_256": ratio("corpus_best", f"ms_{trials}"),
+            "ms_64_vs_ms_256": ratio("ms_64", f"ms_{trials}"), "rules_vs_ms_256": ratio("rules", f"ms_{trials}"),
+            "corpus_best_vs_rules": ratio("corpus_best", "rules"),
+            "pool_health": health_of([p["modes"] for p in modes["programs"]], [p["speed"] for p in modes["programs"]])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("teacher",))
+    ap.add_argument("--round", type=int, default=0, help="the expert-iteration round the corpus is at")
+    ap.add_argument("--corpus", default=None)
+    ap.add_argument("--tasks", type=int, default=16)
+    ap.add_argument("--out", default=OUT)
+    args = ap.parse_args()
+    refuse_beside_measuring("judge the teacher")
+
+    from collectors.hardware import detect_hardware
+
+    hw = detect_hardware("cpu")
+    res = json.load(open(args.out)) if os.path.exists(args.out) else {}
+    t0 = time.time()
+    entry = teacher(hw, corpus_dir=args.corpus, n=args.tasks)
+    entry.update(machine=machine(hw), wall_s=round(time.time() - t0), corpus=args.corpus or "data/corpus")
+    res.setdefault("teacher", {}).setdefault(hw.key, {})[str(args.round)] = entry
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2)
+    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+        f.write(report_md(res))
+    print(report_md(res))
+
+
+def report_md(res: dict) -> str:
+    lines = ["# Learning: the teacher and the student, round by round (issue 32)", "",
+             "Teacher = the corpus's fastest record per workload on a fixed sample of training workloads "
+             "(`bench.judging.training_sample`), re-measured beside MetaSchedule@64/@256 (`bench.references`) and "
+             "the rules in one call per workload. Speeds are geomeans of MS@256 latency / the method's.", "",
+             "| key | round | workloads | corpus best vs MS@256 | MS@64 vs MS@256 | rules vs MS@256 | "
+             "teacher programs in a failure mode |", "|---|---:|---:|---:|---:|---:|---:|"]
+    f = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+    for key, rounds in res.get("teacher", {}).items():
+        for rnd, e in sorted(rounds.items(), key=lambda kv: int(kv[0])):
+            lines.append(f"| {key} | {rnd} | {e['workloads']} | {f(e['corpus_best_vs_ms_256'])} | "
+                         f"{f(e['ms_64_vs_ms_256'])} | {f(e['rules_vs_ms_256'])} | {e['pool_health']['any']:.0%} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
