@@ -117,18 +117,25 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
     times["build_s"] = time.perf_counter() - t1
     times["total_s"] = time.perf_counter() - t0
-    if args.out:
-        tuned.export_library(args.out)
-        console.print(f"wrote {args.out}")
     err, correct = _check_against_torch(tuned, module, example, hw)
     console.print("timing: TLM build, untuned build, PyTorch eager" + ("" if args.no_torch_compile else ", torch.compile"))
-    lat = _latencies(args, hw, tuned, relax_mod, module, example, times, root)
+    lat, untuned = _latencies(args, hw, tuned, relax_mod, module, example, times, root)
+    # never ship slower than doing nothing: TVM's untuned build when the served one measured slower
+    shipped, why = "tlm", None
+    if lat["untuned_s"] < lat["tlm_s"]:
+        shipped, why = "untuned", (f"the build with served schedules ran {lat['tlm_s'] * 1e3:.3f} ms, TVM's untuned "
+                                   f"build {lat['untuned_s'] * 1e3:.3f} ms: the untuned build is shipped")
+        console.print(f"[yellow]{why}[/yellow]")
+    if args.out:
+        (tuned if shipped == "tlm" else untuned).export_library(args.out)
+        console.print(f"wrote {args.out} ({'served schedules' if shipped == 'tlm' else 'the untuned build'})")
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
         "from_corpus": sum(1 for c in chosen if c.source == "corpus"),
         "default_lowering": [{"task": c.task.task_name, "why": c.error} for c in chosen if c.trace is None],
         "correct": correct, "max_abs_err": err, "latency": lat, "compile_time": times,
+        "shipped": shipped, "shipped_why": why,
         "per_task": [{"task": c.task.task_name, "source": c.source, "weight": c.task.weight,
                       "candidates": c.candidates, "rank": c.rank,
                       "latency_s": c.latency_s, "generate_s": c.generate_s, "measure_s": c.measure_s,
@@ -207,9 +214,10 @@ def _check_against_torch(built: Any, module: Any, example: tuple, hw: Any) -> tu
 
 
 def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, module: Any, example: tuple,
-               times: dict[str, float], root: str | None) -> dict[str, float]:
+               times: dict[str, float], root: str | None) -> tuple[dict[str, float], Any]:
     """The TLM build's latency beside the untuned build's, PyTorch eager's, and (when asked)
-    ``torch.compile``'s and the corpus best's; their build times go into ``times``."""
+    ``torch.compile``'s and the corpus best's; their build times go into ``times``. Also the
+    untuned build (shipped instead when it is the faster)."""
     from collectors.compile import compile_model, time_model, time_torch
 
     lat = {"tlm_s": time_model(tuned, example, hw)}
@@ -223,7 +231,7 @@ def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, mo
     if args.corpus_best:
         lat["corpus_best_s"], times["corpus_best_build_s"], times["corpus_best_tasks"] = \
             _time_corpus_best(root, args, hw, relax_mod, example)
-    return lat
+    return lat, untuned
 
 
 def _corpus(args: argparse.Namespace) -> str | None:
@@ -356,3 +364,5 @@ def _print(report: dict, *, stream: Any) -> None:
           f"build {times['build_s']:.1f} s", file=stream)
     for d in report["default_lowering"]:
         print(f"  default lowering: {d['task']}: {d['why']}", file=stream)
+    if report["shipped"] != "tlm":
+        print(f"shipped: {report['shipped_why']}", file=stream)

@@ -66,6 +66,10 @@ def test_compile_a_users_module_with_measured_top_k_appends_to_the_corpus(tiny_d
                "--corpus", str(tmp_path / "c"), "--out", str(tmp_path / "net.so"), "--no-torch-compile", "--json"])
     report = _report(capsys)
     assert rc == 0 and report["correct"] and (tmp_path / "net.so").stat().st_size > 0
+    # never shipped slower than TVM's untuned build (issue 33): which one went out, and why
+    lat = report["latency"]
+    assert report["shipped"] == ("untuned" if lat["untuned_s"] < lat["tlm_s"] else "tlm")
+    assert (report["shipped_why"] is None) == (report["shipped"] == "tlm")
     measured = [t for t in report["per_task"] if t["latency_s"]]
     assert measured and all(t["candidates"] == 2 for t in report["per_task"] if not t["error"])
     with Corpus.open(str(tmp_path / "c")) as corpus:
