@@ -181,7 +181,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
 
         corpus = Corpus.open(root, index_url=index_url(args))
     try:
-        source, model_id = _source(args, hw, corpus)
+        source, model_id = _source(args, hw, corpus, tasks)
         on_records = corpus.append if corpus is not None and args.top_k > 1 else None
         if on_records is not None:
             from collectors.tasks import register_tasks
@@ -265,19 +265,21 @@ def _hardware(args: argparse.Namespace, root: str | None) -> Any:
     return hw
 
 
-def _source(args: argparse.Namespace, hw: Any, corpus: Any) -> tuple[Any, str]:
-    """The schedule source the options ask for and the model id it names (or the endpoint)."""
+def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list) -> tuple[Any, str]:
+    """The schedule source the options ask for and the model id it names (or the endpoint); a
+    model loaded here ranks each task's pool sized by the task's weight in the model."""
     from tlm.service.catalog import model_for, ranker_for, resolve_model
     from tlm.model.network import load_model
-    from tlm.service.whole_model import endpoint_source, local_source
+    from tlm.service.whole_model import endpoint_source, local_source, weighted_pools
 
     if args.endpoint:
-        return (endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN"), rank=not args.no_rank),
+        return (endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN"), rank=not args.no_rank,
+                                pools=weighted_pools(tasks)),
                 f"endpoint {args.endpoint}")
     entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hw.key, corpus)
     model, tokenizer, _ = load_model(entry.path)
     ranker = None if args.no_rank else ranker_for(entry.path, hw.key)[0]
-    return local_source(hw, model, tokenizer, entry.model_id, ranker), entry.model_id
+    return local_source(hw, model, tokenizer, entry.model_id, ranker, weighted_pools(tasks)), entry.model_id
 
 
 class _bar:

@@ -374,7 +374,7 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: b
     from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
     from collectors.tasks import import_relax
     from collectors.zoo import build_model
-    from tlm.service.whole_model import database_of, endpoint_source, schedule_tasks
+    from tlm.service.whole_model import database_of, endpoint_source, schedule_tasks, weighted_pools
 
     module, example = build_model(model, **zoo)
     relax_mod = import_relax(module, example)
@@ -386,7 +386,7 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: b
         t0 = time.perf_counter()
         with Progress(transient=True) as bar:
             job = bar.add_task(f"scheduling over HTTP ({'ranked' if rank else 'greedy'})", total=len(tasks))
-            chosen = schedule_tasks(tasks, hw, endpoint_source(url, hw.key, rank=rank),
+            chosen = schedule_tasks(tasks, hw, endpoint_source(url, hw.key, rank=rank, pools=weighted_pools(tasks)),
                                     progress=lambda ts: bar.advance(job))
         gen_s = time.perf_counter() - t0
         t1 = time.perf_counter()

@@ -51,6 +51,8 @@ class ScheduleRequest(BaseModel):
     rank: bool = Field(True, description="rank by the model's cost model when it ships one (false: likelihood only, "
                        "faster: no pool is sampled)")
     measure: bool = Field(False, description="build, run and check the candidates on the server's device")
+    pool: int | None = Field(None, ge=1, le=4 * MAX_K, description="programs sampled for the cost model to rank "
+                             "(default: the server's, 96); a whole model's light tasks need fewer")
     keep_layout: bool = Field(False, description="schedules that read every input in its own layout: the task's "
                               "layout-free inputs (layout_free_buffers) are treated as fixed, so no candidate "
                               "has layout_rewrites")
@@ -309,7 +311,10 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
         raise ApiError(422, f"{task.task_name}: no schedulable block (no sketch gives a valid program on "
                             f"{hardware.key})")
     try:
-        g = generate(task, hardware, model, tokenizer, k=req.k, ranker=ranker if req.rank else None)
+        from tlm.service.generator import RANK_POOL
+
+        g = generate(task, hardware, model, tokenizer, k=req.k, ranker=ranker if req.rank else None,
+                     pool=req.pool or RANK_POOL)
     except ValueError as exc:  # e.g. a prompt longer than the model's context
         raise ApiError(422, f"{task.task_name}: {exc}") from None
     if req.measure:

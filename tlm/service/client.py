@@ -20,13 +20,15 @@ class ScheduleClient:
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
     def schedules(self, tvmscript: str, hardware: str, *, k: int = 1, measure: bool = False,
-                  rank: bool = True) -> ScheduleResponse:
+                  rank: bool = True, pool: int | None = None) -> ScheduleResponse:
         """The server's answer for one PrimFunc; raises ApiError with the server's message on a 4xx/5xx."""
         import httpx
 
+        body = {"tvmscript": tvmscript, "hardware": hardware, "k": k, "measure": measure, "rank": rank}
+        if pool is not None:
+            body["pool"] = pool
         try:
-            r = self._http.post("/v1/schedules", json={"tvmscript": tvmscript, "hardware": hardware, "k": k,
-                                                       "measure": measure, "rank": rank})
+            r = self._http.post("/v1/schedules", json=body)
         except httpx.HTTPError as exc:
             raise ApiError(503, f"{self.url}: {type(exc).__name__}: {exc}") from None
         if r.status_code != 200:

@@ -50,27 +50,50 @@ class TaskSchedule:
 Source = Callable[[Task, int], Proposal]
 
 
-def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str, ranker: Any = None) -> Source:
-    """Candidates from a model loaded in this process (ranked by ``ranker``, its cost model, if given)."""
+#: the smallest ranked pool a task of a whole model gets (its greedy programs and the rules' come on top)
+MIN_POOL = 16
+
+
+def weighted_pools(tasks: Sequence[Task]) -> dict[str, int]:
+    """The ranked pool of each task of a whole model, sized by its weight: the full pool
+    (``generator.RANK_POOL``) for the heaviest (FLOPs x occurrences), ``RANK_POOL * sqrt(share)``
+    for the rest, at least :data:`MIN_POOL`. A task that is 1% of the heaviest gets a tenth of
+    its pool: on BERT-base (Zen 3) the 12 ranked pools of a softmax took 12.6 of 41 s for 0.0001
+    of the model's FLOPs."""
+    from tlm.service.generator import RANK_POOL
+
+    weight = {t.workload_key: (t.flops or 0.0) * max(1, t.weight) for t in tasks}
+    top = max(weight.values(), default=0.0)
+    if top <= 0:
+        return {k: RANK_POOL for k in weight}
+    return {k: max(MIN_POOL, min(RANK_POOL, round(RANK_POOL * (w / top) ** 0.5))) for k, w in weight.items()}
+
+
+def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str, ranker: Any = None,
+                 pools: dict[str, int] | None = None) -> Source:
+    """Candidates from a model loaded in this process (ranked by ``ranker``, its cost model, if
+    given, over each task's pool in ``pools``, by workload key: :func:`weighted_pools`)."""
     from collectors.tir import trace_json
-    from tlm.service.generator import generate
+    from tlm.service.generator import RANK_POOL, generate
 
     def source(task: Task, k: int) -> Proposal:
-        g = generate(task, hardware, model, tokenizer, k=k, ranker=ranker)
+        pool = (pools or {}).get(task.workload_key, RANK_POOL)
+        g = generate(task, hardware, model, tokenizer, k=k, ranker=ranker, pool=pool)
         return Proposal([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
 
     return source
 
 
-def endpoint_source(url: str, hardware_key: str, *, token: str | None = None, rank: bool = True) -> Source:
+def endpoint_source(url: str, hardware_key: str, *, token: str | None = None, rank: bool = True,
+                    pools: dict[str, int] | None = None) -> Source:
     """Candidates from a running ``tlm serve`` at ``url`` (the task's TVMScript is sent; ``rank``:
-    the server's cost model ranks them when its model has one)."""
+    the server's cost model ranks them when its model has one, over each task's pool in ``pools``)."""
     from tlm.service.client import ScheduleClient
 
     client = ScheduleClient(url, token=token)
 
     def source(task: Task, k: int) -> Proposal:
-        r = client.schedules(task.tvmscript, hardware_key, k=k, rank=rank)
+        r = client.schedules(task.tvmscript, hardware_key, k=k, rank=rank, pool=(pools or {}).get(task.workload_key))
         return Proposal([c.trace for c in r.candidates], r.model_id, r.generate_s + r.check_s)
 
     return source
