@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One round of issue 32's expert iteration on this machine's hardware key, in resumable steps:
+# every step skips what it already did (cached references, finished collection units), so the
+# same command, run again in a later session, goes on where it stopped. Meant for the background:
+# measurements wait for a quiet host (TLM_BUSY_WAIT_S, collectors/host_load.py), and a benchmark
+# started beside it refuses to judge.
+#
+#   ROUND=1 MODEL=work/ei/seed-model scripts/learning_round.sh      # logs: work/ei/round-<ROUND>.log
+#
+#   0. a working corpus (a copy of data/corpus) and a seeding model: MODEL, else the shipped
+#      Rocket Lake model with this key's shipped cost model beside it (models/cost-models/<key>)
+#   1. MetaSchedule@256 references of the fixed training sample (bench.references --set train)
+#   2. the teacher before the round (bench.learning teacher --round ROUND-1)
+#   3. the round: the model-seeded search (64 trials) on every training workload of the key
+#      (ResNet-50 and EfficientNet-B0: the zoo's training CNNs the corpus measures on every key)
+#   4. the teacher after it (bench.learning teacher --round ROUND)
+# Fine-tuning round ROUND+1 on the new best programs and judging the student follow (issue 32).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUND=${ROUND:-1}
+TASKS=${TASKS:-16}
+WORK=${WORK:-work/ei}
+CORPUS=${CORPUS:-$WORK/corpus}
+MODELS=${MODELS:-resnet50 efficientnet_b0}
+PY=.venv/bin/python
+export TLM_BUSY_WAIT_S=${TLM_BUSY_WAIT_S:-3600}
+mkdir -p "$WORK"
+exec > >(tee -a "$WORK/round-$ROUND.log") 2>&1
+echo "== round $ROUND, $(date -u +%FT%TZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+KEY=$($PY -c "from collectors.hardware import detect_hardware; print(detect_hardware('cpu').key)")
+if [ ! -d "$CORPUS" ]; then
+  cp -r data/corpus "$CORPUS"
+fi
+if [ -z "${MODEL:-}" ]; then
+  MODEL=$WORK/seed-model
+  if [ ! -d "$MODEL" ]; then
+    cp -r models/tlm-small-rocketlake-2c "$MODEL"
+    if [ -d "models/cost-models/$KEY" ]; then cp "models/cost-models/$KEY"/cost_model.* "$MODEL"/; fi
+  fi
+fi
+echo "key $KEY, corpus $CORPUS, seeding model $MODEL"
+# a benchmark refuses to judge beside another measuring job: wait until it is alone
+wait_alone() {
+  until $PY -c 'import sys; from collectors.host_load import other_measuring_jobs as o; sys.exit(bool(o()))'; do
+    sleep 30
+  done
+}
+wait_alone
+$PY -m bench.references --set train --tasks "$TASKS" --trials 256 --corpus "$CORPUS"
+wait_alone
+$PY -m bench.learning teacher --round $((ROUND - 1)) --corpus "$CORPUS" --tasks "$TASKS"
+for m in $MODELS; do
+  $PY -m cluster.cli collect --no-ray --model "$m" --strategy tlm-seeded --trials 64 --tlm-model "$MODEL" \
+      --corpus "$CORPUS" --no-progress
+done
+wait_alone
+$PY -m bench.learning teacher --round "$ROUND" --corpus "$CORPUS" --tasks "$TASKS"
+echo "== round $ROUND done, $(date -u +%FT%TZ)"
