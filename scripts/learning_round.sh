@@ -22,7 +22,7 @@ TASKS=${TASKS:-16}
 WORK=${WORK:-work/ei}
 CORPUS=${CORPUS:-$WORK/corpus}
 MODELS=${MODELS:-resnet50 efficientnet_b0}
-PY=.venv/bin/python
+PY=${PY:-.venv/bin/python}
 export TLM_BUSY_WAIT_S=${TLM_BUSY_WAIT_S:-3600}
 mkdir -p "$WORK"
 exec > >(tee -a "$WORK/round-$ROUND.log") 2>&1
