@@ -51,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=int, default=None, help="CNN image side (default 224)")
     p.add_argument("--seq-len", type=int, default=None, help="transformer sequence length (default 128)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip timing torch.compile (slow to compile)")
+    p.add_argument("--budget", type=int, default=0, metavar="N",
+                   help="measure up to N candidates in all, one batch at a time where the whole model gains most "
+                        "(the task with the most expected time left); the records land in --corpus, so the next "
+                        "compile starts from them; Ctrl-C keeps what was measured")
     p.add_argument("--no-corpus", action="store_true",
                    help="ask the model for every task, even those the corpus measured on this key")
     p.add_argument("--corpus-best", action="store_true",
@@ -132,11 +136,12 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
+        "budget": args.budget, "measurements": getattr(args, "measurements", 0),
         "from_corpus": sum(1 for c in chosen if c.source == "corpus"),
         "default_lowering": [{"task": c.task.task_name, "why": c.error} for c in chosen if c.trace is None],
         "correct": correct, "max_abs_err": err, "latency": lat, "compile_time": times,
         "shipped": shipped, "shipped_why": why,
-        "per_task": [{"task": c.task.task_name, "source": c.source, "weight": c.task.weight,
+        "per_task": [{"task": c.task.task_name, "source": c.source, "weight": c.task.weight, "flops": c.task.flops,
                       "candidates": c.candidates, "rank": c.rank,
                       "latency_s": c.latency_s, "generate_s": c.generate_s, "measure_s": c.measure_s,
                       "error": c.error} for c in chosen],
@@ -152,6 +157,11 @@ def _check_options(args: argparse.Namespace) -> None:
 
     if not 1 <= args.top_k <= MAX_K:
         raise UsageError(f"--top-k must be between 1 and {MAX_K}, got {args.top_k}")
+    if args.budget < 0:
+        raise UsageError(f"--budget must be >= 0 measurements, got {args.budget}")
+    if args.budget and args.top_k > 1:
+        raise UsageError("--budget and --top-k > 1 exclude each other (the budget decides how many of each task's "
+                         "candidates are measured)")
     if args.model is not None and args.model not in MODEL_NAMES:
         raise UsageError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)} (or --module PKG.MOD:FACTORY)")
     if args.endpoint and args.tlm_model:
@@ -182,7 +192,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
         corpus = Corpus.open(root, index_url=index_url(args))
     try:
         source, model_id = _source(args, hw, corpus, tasks)
-        on_records = corpus.append if corpus is not None and args.top_k > 1 else None
+        on_records = corpus.append if corpus is not None and (args.top_k > 1 or args.budget) else None
         if on_records is not None:
             from collectors.tasks import register_tasks
 
@@ -197,6 +207,21 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
         with _bar(console, len(tasks)) as advance:
             chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance,
                                     known=known)
+        args.measurements = 0
+        if args.budget:
+            from tlm.service.whole_model import spend_budget
+
+            console.print(f"measuring up to {args.budget} candidates where the model gains most"
+                          + ("" if on_records else " (no corpus: the measurements serve this compile only)"))
+
+            def step(ts: Any, n: int) -> None:
+                args.measurements = n
+                console.print(f"  {n}/{args.budget}: {ts.task.task_name} best {(ts.latency_s or 0) * 1e6:.0f} us")
+
+            try:
+                spend_budget(chosen, hw, source, args.budget, on_records=on_records, progress=step)
+            except KeyboardInterrupt:
+                console.print("interrupted: the measurements made are kept in the corpus; building with them")
     finally:
         if corpus is not None:
             corpus.close()
@@ -235,9 +260,9 @@ def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, mo
 
 
 def _corpus(args: argparse.Namespace) -> str | None:
-    """The corpus this compile reads (and, with ``--top-k`` > 1, appends to): a named one is
-    created when new only then; the default ``./corpus`` is used when it exists."""
-    if corpus_named(args) and args.top_k > 1:
+    """The corpus this compile reads (and, with ``--top-k`` > 1 or ``--budget``, appends to): a
+    named one is created when new only then; the default ``./corpus`` is used when it exists."""
+    if corpus_named(args) and (args.top_k > 1 or args.budget):
         return corpus_root(args)
     return optional_corpus(args)
 

@@ -87,8 +87,35 @@ def test_compile_a_users_module_with_measured_top_k_appends_to_the_corpus(tiny_d
     assert all(t["source"] == "model" for n, t in again.items() if n not in first and not t["error"])
 
 
+@pytest.mark.slow
+def test_an_anytime_budget_measures_where_the_model_gains_most_and_the_next_compile_starts_from_it(
+        tiny_dir, tmp_path, monkeypatch, capsys):
+    """``--budget 6``: at most 6 measurements in all, a batch at a time, every one stored; the
+    heaviest task (its FLOPs x occurrences) is measured first; a compile without a budget then
+    answers every measured task from the corpus."""
+    from storage import Corpus
+
+    (tmp_path / "user_net.py").write_text(USER_MODEL)
+    monkeypatch.chdir(tmp_path)
+    base = ["compile", "--module", "user_net:make", "--tlm-model", tiny_dir, "--corpus", str(tmp_path / "c"),
+            "--no-torch-compile", "--json"]
+    assert main([*base, "--budget", "6"]) == 0
+    report = _report(capsys)
+    assert report["correct"] and 0 < report["measurements"] <= 6 and report["budget"] == 6
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        assert corpus.scan(columns=["record_id"]).num_rows == report["measurements"]
+    measured = [t for t in report["per_task"] if t["latency_s"]]
+    heaviest = max(report["per_task"], key=lambda t: t["weight"] * t["flops"])
+    assert heaviest["task"] in {t["task"] for t in measured}
+    assert main(base) == 0
+    again = _report(capsys)
+    assert again["from_corpus"] == len(measured)
+
+
 @pytest.mark.parametrize("argv, words", [
     (["compile", "--model", "resnet5"], "unknown model 'resnet5'"),
+    (["compile", "--model", "resnet50", "--budget", "-1"], "--budget must be >= 0 measurements, got -1"),
+    (["compile", "--model", "resnet50", "--budget", "4", "--top-k", "2"], "--budget and --top-k > 1 exclude"),
     (["compile", "--model", "resnet50", "--top-k", "0"], "--top-k must be between 1 and 64"),
     (["compile", "--module", "nomodule"], "is not PKG.MOD:FACTORY"),
     (["compile", "--model", "resnet50", "--small", "--tlm-model", "nope"], "unknown model 'nope'"),

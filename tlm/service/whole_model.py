@@ -152,6 +152,79 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
     return out
 
 
+#: candidates measured per step of an anytime budget (one task at a time)
+BUDGET_BATCH = 4
+
+
+def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Source, budget: int, *,
+                 batch: int = BUDGET_BATCH, on_records: Callable[[list], None] | None = None,
+                 progress: Callable[[TaskSchedule, int], None] | None = None) -> int:
+    """Spend up to ``budget`` measurements where the whole model gains most, in place on
+    ``schedules`` (:func:`schedule_tasks`'s answer at ``top_k=1``); the measurements spent.
+
+    Step by step, the task with the most expected time left gets the next ``batch`` of its
+    ranked candidates measured (the source asked for ``k`` more each time; deterministic, so
+    the first ones are those measured before): expected time = occurrences x its fastest
+    measured latency, or for a task not measured yet, x its FLOPs at the measured tasks' median
+    throughput; a step that did not improve a task halves its priority (Ansor's task scheduler
+    favours tasks still improving the same way). Every batch's records go to ``on_records``
+    at once, so Ctrl-C (KeyboardInterrupt, passed on) keeps every measurement made."""
+    from collectors.tir import schedule_of
+    from collectors.tuner import measure_schedules
+    from tlm.service.api import ApiError
+    from tlm.service.generator import MAX_K, tuner_name
+
+    live = [ts for ts in schedules if ts.trace is not None and ts.source == "model"]
+    asked = {id(ts): 0 for ts in live}  # candidates measured so far per task
+    damp = {id(ts): 1.0 for ts in live}
+    spent = 0
+    while spent < budget:
+        measured = [ts for ts in live if ts.latency_s]
+        rate = sorted(ts.latency_s / ts.task.flops for ts in measured if ts.task.flops)
+        per_flop = rate[len(rate) // 2] if rate else 1.0
+
+        def expected(ts: TaskSchedule) -> float:
+            lat = ts.latency_s if ts.latency_s else (ts.task.flops or 1.0) * per_flop
+            return max(1, ts.task.weight) * lat * damp[id(ts)]
+
+        open_ = [ts for ts in live if asked[id(ts)] < MAX_K]
+        if not open_:
+            break
+        ts = max(open_, key=expected)
+        lo = asked[id(ts)]
+        hi = min(MAX_K, lo + min(batch, budget - spent))
+        try:
+            choice = source(ts.task, hi)
+        except (ValueError, ApiError) as exc:
+            log.warning("%s: no more candidates (%s)", ts.task.task_name, exc)
+            asked[id(ts)] = MAX_K
+            continue
+        traces = choice.traces[lo:hi]
+        asked[id(ts)] = hi if len(choice.traces) >= hi else MAX_K  # a pool smaller than asked: exhausted
+        if not traces:
+            continue
+        t0 = time.perf_counter()
+        records: list = []
+        measure_schedules(ts.task, hardware, [schedule_of(ts.task.mod, t, checked=True) for t in traces],
+                          tuner=tuner_name(choice.model_id), on_records=records.extend)
+        ts.measure_s += time.perf_counter() - t0
+        ts.generate_s += choice.generate_s
+        spent += len(traces)
+        if on_records is not None:
+            on_records(records)
+        ok = [(r.latency_s, lo + i) for i, r in enumerate(records) if r.latency_s is not None]
+        best = min(ok) if ok else None
+        if best is not None and (ts.latency_s is None or best[0] < ts.latency_s):
+            ts.latency_s, ts.rank = best
+            ts.trace = choice.traces[ts.rank]
+        else:
+            damp[id(ts)] /= 2
+        ts.candidates = max(ts.candidates, hi)
+        if progress is not None:
+            progress(ts, spent)
+    return spent
+
+
 def database_of(schedules: Sequence[TaskSchedule], hardware: Hardware) -> Any:
     """A MetaSchedule ``MemoryDatabase`` with one record per scheduled task, for ``compile_relax``.
 
