@@ -13,9 +13,13 @@ and @256 from the reference search, and the rule baseline. The teacher's figure 
 of MS@256 / corpus best (1.0: as good as a 256-trial search); its pool health (the failure modes
 of its 64 fastest records per workload, ``bench.quality.teacher_modes``) is stored beside.
 
-Writes ``bench/results/learning.json`` (``teacher`` keyed by round; the student's figures,
-``student_train`` and ``student_heldout``, and ``coverage_curve`` join it as those rounds run)
-and its Markdown; a round measured again replaces its entry, other rounds are kept.
+``student --model DIR`` judges a model on the same training sample (fit before generalization):
+its greedy and ranked top-1 (ranked by ``tlm.service.catalog.ranker_for``) against the teacher's
+best program and MetaSchedule@256, in ``student_train``.
+
+Writes ``bench/results/learning.json`` (``teacher`` and ``student_train`` keyed by hardware key
+and round; ``student_heldout`` and ``coverage_curve`` join it as those rounds run) and its
+Markdown; a round measured again replaces its entry, other rounds are kept.
 """
 from __future__ import annotations
 
@@ -67,24 +71,72 @@ def teacher(hardware: object, *, corpus_dir: str | None, n: int, trials: int = 2
             "pool_health": health_of([p["modes"] for p in modes["programs"]], [p["speed"] for p in modes["programs"]])}
 
 
+def student(hardware: object, model_dir: str, *, corpus_dir: str | None, n: int, trials: int = 256) -> dict:
+    """The student on its *training* workloads (fit before generalization): the model's greedy
+    and ranked top-1 on the fixed training sample, re-measured beside the teacher's best program
+    (the corpus's fastest record) and MetaSchedule@256, in one call per workload."""
+    from bench.judging import CORPUS, training_sample
+    from bench.references import reference_search
+    from collectors.judge import Method, judge
+    from collectors.tir import schedule_of
+    from storage import Corpus
+    from tlm.model.network import load_model
+    from tlm.service.catalog import ranker_for
+    from tlm.service.generator import generate
+
+    model, tok, _ = load_model(model_dir)
+    ranker, ranked_by = ranker_for(model_dir, hardware.key)
+    tasks = training_sample(hardware.key, corpus_dir=corpus_dir, n=n)
+    with Corpus.open(corpus_dir or CORPUS) as corpus:
+        best = corpus.best_records([t.workload_key for t in tasks], hardware.key)
+    rows = []
+    for t in tasks:
+        g = generate(t, hardware, model, tok, k=1)
+        methods = {"tlm_top1": Method([g.candidates[0].schedule], g.generate_s + g.check_s),
+                   "corpus_best": Method([schedule_of(t.mod, best[t.workload_key]["trace_json"])], 0.0),
+                   f"ms_{trials}": reference_search(t, hardware, trials).methods[f"ms_{trials}"]}
+        if ranker is not None:
+            gr = generate(t, hardware, model, tok, k=1, ranker=ranker)
+            methods["tlm_ranked_top1"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s + gr.rank_s)
+        res = judge(t, hardware, methods, torch_eager=False)
+        lat = {k: v["latency_s"] for k, v in res.items() if v.get("latency_s")}
+        rows.append({"task": t.task_name, "workload_key": t.workload_key, "latency_s": lat})
+        print(t.task_name, {k: f"{v * 1e6:.0f} us" for k, v in lat.items()}, flush=True)
+    ratio = lambda a, b: geomean([r["latency_s"][b] / r["latency_s"][a] for r in rows  # noqa: E731
+                                  if a in r["latency_s"] and b in r["latency_s"]])
+    return {"model": os.path.basename(os.path.normpath(model_dir)), "ranked_by": ranked_by, "workloads": len(rows),
+            "tasks": rows,
+            "top1_vs_teacher": ratio("tlm_top1", "corpus_best"),
+            "ranked_top1_vs_teacher": ratio("tlm_ranked_top1", "corpus_best"),
+            "top1_vs_ms_256": ratio("tlm_top1", f"ms_{trials}"),
+            "ranked_top1_vs_ms_256": ratio("tlm_ranked_top1", f"ms_{trials}")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("teacher",))
-    ap.add_argument("--round", type=int, default=0, help="the expert-iteration round the corpus is at")
+    ap.add_argument("what", choices=("teacher", "student"))
+    ap.add_argument("--round", type=int, default=0, help="the expert-iteration round the corpus (or model) is at")
+    ap.add_argument("--model", default=None, help="student: the model directory")
     ap.add_argument("--corpus", default=None)
     ap.add_argument("--tasks", type=int, default=16)
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args()
-    refuse_beside_measuring("judge the teacher")
+    if args.what == "student" and not args.model:
+        ap.error("student needs --model DIR")
+    refuse_beside_measuring(f"judge the {args.what}")
 
     from collectors.hardware import detect_hardware
 
     hw = detect_hardware("cpu")
     res = json.load(open(args.out)) if os.path.exists(args.out) else {}
     t0 = time.time()
-    entry = teacher(hw, corpus_dir=args.corpus, n=args.tasks)
+    if args.what == "teacher":
+        entry = teacher(hw, corpus_dir=args.corpus, n=args.tasks)
+    else:
+        entry = student(hw, args.model, corpus_dir=args.corpus, n=args.tasks)
     entry.update(machine=machine(hw), wall_s=round(time.time() - t0), corpus=args.corpus or "data/corpus")
-    res.setdefault("teacher", {}).setdefault(hw.key, {})[str(args.round)] = entry
+    section = "teacher" if args.what == "teacher" else "student_train"
+    res.setdefault(section, {}).setdefault(hw.key, {})[str(args.round)] = entry
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)
@@ -105,6 +157,15 @@ def report_md(res: dict) -> str:
         for rnd, e in sorted(rounds.items(), key=lambda kv: int(kv[0])):
             lines.append(f"| {key} | {rnd} | {e['workloads']} | {f(e['corpus_best_vs_ms_256'])} | "
                          f"{f(e['ms_64_vs_ms_256'])} | {f(e['rules_vs_ms_256'])} | {e['pool_health']['any']:.0%} |")
+    if res.get("student_train"):
+        lines += ["", "The student on its training workloads (the same sample; fit before generalization):", "",
+                  "| key | round | model (ranked by) | top-1 vs teacher | ranked top-1 vs teacher | top-1 vs MS@256 | "
+                  "ranked top-1 vs MS@256 |", "|---|---:|---|---:|---:|---:|---:|"]
+        for key, rounds in res["student_train"].items():
+            for rnd, e in sorted(rounds.items(), key=lambda kv: int(kv[0])):
+                lines.append(f"| {key} | {rnd} | {e['model']} ({e['ranked_by']}) | {f(e['top1_vs_teacher'])} | "
+                             f"{f(e['ranked_top1_vs_teacher'])} | {f(e['top1_vs_ms_256'])} | "
+                             f"{f(e['ranked_top1_vs_ms_256'])} |")
     return "\n".join(lines) + "\n"
 
 
