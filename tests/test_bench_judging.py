@@ -83,5 +83,9 @@ def test_the_teacher_figure_needs_its_references_and_says_how_to_get_them(znver4
                                          r"bench.references --set train --tasks 2 --trials 256 first"):
         teacher(znver4_hw, corpus_dir=None, n=2)
     md = report_md({"teacher": {"cpu-x-2c": {"0": {"workloads": 16, "corpus_best_vs_ms_256": 0.8, "ms_64_vs_ms_256":
-                                                   0.77, "rules_vs_ms_256": None, "pool_health": {"any": 0.49}}}}})
+                                                   0.77, "rules_vs_ms_256": None, "pool_health": {"any": 0.49}}}},
+                    "student_train": {"cpu-x-2c": {"0": {"model": "m", "ranked_by": "its own", "top1_vs_teacher": 0.3,
+                                                         "ranked_top1_vs_teacher": 0.5, "top1_vs_ms_256": 0.25,
+                                                         "ranked_top1_vs_ms_256": None}}}})
     assert "| cpu-x-2c | 0 | 16 | 0.80x | 0.77x | - | 49% |" in md
+    assert "| cpu-x-2c | 0 | m (its own) | 0.30x | 0.50x | 0.25x | - |" in md
