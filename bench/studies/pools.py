@@ -53,7 +53,9 @@ def pools_of(task: Any, hw: Any, model: Any, tok: Any, beams: int, samples: int)
 
 
 def one_task(task: Any, hw: Any, model: Any, tok: Any, ranker: Any, beams: int, samples: int) -> dict:
+    from bench.quality import health_of
     from bench.references import reference_search
+    from collectors.failure_modes import modes_of_schedule
     from collectors.tuner import measure_schedules
 
     pools = pools_of(task, hw, model, tok, beams, samples)
@@ -65,6 +67,7 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, ranker: Any, beams: int, 
     records: list = []
     measure_schedules(task, hw, [c.schedule for c in cands] + [ms], tuner="bench-pools", on_records=records.extend)
     lat = {text: r.latency_s for text, r in zip(distinct, records)}
+    modes = {c.text: list(modes_of_schedule(c.schedule, hw)) for c in cands}
     ref = records[-1].latency_s
     speed = lambda text: ref / lat[text] if lat[text] and ref else None  # noqa: E731
     row = {"task": task.task_name, "model": task.model, "measured": len(cands), "ms_256_s": ref, "pools": {}}
@@ -74,11 +77,14 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, ranker: Any, beams: int, 
         row["pools"][name] = {"size": len(texts), "errors": len(texts) - len(ok),
                               "fastest": max(speed(t) for t in ok) if ok else None,
                               "cost_model_pick": speed(max(texts, key=lambda t: pred[t])),
-                              "likelihood_pick": speed(texts[0])}
+                              "likelihood_pick": speed(texts[0]),
+                              # the static failure modes of its programs (collectors/failure_modes.py)
+                              "health": health_of([modes[t] for t in texts])}
     # every measured program, so that another ranking of the same pools is judged without measuring
     # again (bench/studies/rankers.py): its sentence, latency (None: failed), likelihood score, cost-model score
     row["candidates"] = [{"text": c.text, "sketch_id": c.sketch_id, "latency_s": lat[c.text], "logprob": c.logprob,
                           "n_tokens": c.n_tokens, "score": c.score, "predicted": float(pred[c.text]),
+                          "modes": modes[c.text],
                           "pools": [n for n, pool in pools.items() if any(p.text == c.text for p in pool)]}
                          for c in cands]
     return row
