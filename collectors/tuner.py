@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import os
+import shutil
 import socket
 import statistics
 import tempfile
@@ -28,8 +29,8 @@ from collectors.builder import make_pool_builder
 from collectors.correctness import error_from_runner, make_reference
 from collectors.fast_import import install, install_for_target
 from collectors.hardware import Hardware, check_runs_here
-from collectors.ms_database import commit_records
 from collectors.host_load import measuring_job
+from collectors.ms_database import commit_records
 from collectors.runner import host_load_of, make_checked_runner
 from collectors.sketches import sketch_id, tune_context
 from collectors.tasks import Task
@@ -220,8 +221,6 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
             ms_logger.removeHandler(handler)
             handler.close()
             if own_dir:
-                import shutil
-
                 shutil.rmtree(work_dir, ignore_errors=True)
     summary.elapsed_s = time.perf_counter() - t0
     logger.debug("tuned %s on %s: %d records, best %s s", task.task_name, hardware.key,
@@ -291,8 +290,6 @@ def measure_schedules(task: Task, hardware: Hardware, schedules: list, *, tuner:
             if schedules:
                 _measure(schedules, hardware, builder, runner, emit)
         finally:
-            import shutil
-
             shutil.rmtree(work_dir, ignore_errors=True)
     summary.elapsed_s = time.perf_counter() - t0
     return summary
