@@ -138,8 +138,8 @@ def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, ti
             if not quiet.busy(load, own):
                 return LocalRunnerFuture(res=[float(x) for x in costs], error_message=None)
             if attempt < quiet.redo:
-                logger.info("%s was timed beside %s busy cores, on %.2f of its own: measured again once the "
-                            "host is quiet", args[0], load, own)
+                logger.info("a candidate was timed beside %s busy cores of other processes, on %.2f of its own: "
+                            "measured again once the host is quiet", load, own)
                 quiet.wait_until_quiet()
         return LocalRunnerFuture(error_message=busy_error(load, own, quiet))
 
