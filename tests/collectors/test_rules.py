@@ -84,3 +84,26 @@ def test_cuda_is_refused_with_a_pointer_to_dlight():
                    target={"kind": "cuda", "arch": "sm_90"}, description="test")
     with pytest.raises(ValueError, match="dlight"):
         rule_schedule(make_task(matmul_relu_mod(), "mm", "matmul"), gpu)
+
+
+def test_the_micro_kernel_fills_half_the_registers_with_power_of_two_vector_rows():
+    """AVX2 (8 lanes, 16 registers): 2 rows x 4 vectors (4 x 2 ties; the wider wins); AVX-512
+    (16 lanes, 32 registers): 4 x 4 vectors; a row of 7 (no whole vector) takes the whole row."""
+    from collectors.rules import micro_kernel
+
+    assert micro_kernel(128, 768, 8, 16) == (2, 32)
+    assert micro_kernel(128, 3072, 16, 32) == (4, 64)
+    assert micro_kernel(96, 7, 8, 16) == (8, 7)
+    assert micro_kernel(1, 1000, 8, 16) == (1, 8)
+
+
+def test_block_axes_name_the_contiguous_and_the_reuse_axis():
+    """A matmul's rows are i (B, the vector-loaded input, does not depend on it); a convolution's
+    are its output channels (the input does not depend on them); NCHW's contiguous axis is W."""
+    from collectors.rules import block_axes
+    from tests.helpers.workloads import conv_mod, matmul
+
+    mm = block_axes(matmul(64, 96, 32), "C")
+    assert mm.extents == (64, 96, 32) and mm.reduce == (False, False, True) and (mm.vector, mm.rows) == (1, 0)
+    conv = block_axes(conv_mod(), "conv2d_nchw")
+    assert conv is not None and conv.vector == 3 and conv.rows == 1
