@@ -21,8 +21,8 @@ What it does:
   whose timings mean nothing); ``TLM_BUSY_WAIT_S`` sets the wait (a background campaign sets
   it long, so it pauses while someone else measures).
 - :func:`measuring_job` registers a process as measuring for as long as it tunes or judges
-  (one small file per process under the temp dir, with its start time so a reused pid is not
-  mistaken for it), and :func:`other_measuring_jobs` lists the live ones of other processes: a
+  (one small file per process under the temp dir, identified as ``storage.runs`` identifies a
+  run's driver: host, pid and start, so a reused pid is not mistaken for it), and :func:`other_measuring_jobs` lists the live ones of other processes: a
   benchmark refuses to judge beside them (bench/_common.py). A stopped process (SIGSTOP, ``T``)
   takes no CPU and is not counted.
 
@@ -40,6 +40,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from typing import Iterator
+
+from storage.runs import driver_alive, process_stat, this_driver
 
 _TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 #: /proc/stat's cpu columns that are time something ran: user nice system [idle iowait] irq softirq steal
@@ -143,17 +145,6 @@ def _jobs_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"tlm-measuring-{os.getuid() if hasattr(os, 'getuid') else 0}")
 
 
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time in ticks) of a live process, or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()
-    return fields[0], fields[19]
-
-
 _DEPTH = 0
 
 
@@ -164,9 +155,7 @@ def measuring_job(what: str) -> Iterator[None]:
     global _DEPTH
     path = os.path.join(_jobs_dir(), f"{os.getpid()}.json")
     if _DEPTH == 0:
-        stat = _proc_stat(os.getpid())
-        entry = {"pid": os.getpid(), "start": stat[1] if stat else None, "what": what,
-                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        entry = {**this_driver(), "what": what, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path + ".tmp", "w") as f:
@@ -203,12 +192,12 @@ def other_measuring_jobs() -> list[dict]:
             continue
         if pid == os.getpid():
             continue
-        stat = _proc_stat(pid)
-        if stat is None or (entry.get("start") and stat[1] != entry["start"]) or stat[0] == "Z":
+        if driver_alive(entry) is False:  # the process, as storage.runs identifies one, is gone
             with contextlib.suppress(OSError):
-                os.remove(path)  # its process is gone
+                os.remove(path)
             continue
-        if stat[0] != "T":  # a stopped job takes no CPU
+        stat = process_stat(pid)
+        if stat is not None and stat[0] != "T":  # a stopped job takes no CPU
             out.append(entry)
     return out
 

@@ -195,7 +195,7 @@ def driver_alive(driver: Mapping[str, Any]) -> bool | None:
         return False
     except PermissionError:  # alive, another user's
         pass
-    stat = _proc_stat(pid)
+    stat = process_stat(pid)
     if stat is not None and stat[0] == "Z":  # exited, not yet waited for by its parent
         return False
     start = driver.get("start")
@@ -205,12 +205,13 @@ def driver_alive(driver: Mapping[str, Any]) -> bool | None:
 def _process_start(pid: int) -> str | None:
     """The process's start on Linux (this boot's id and its start time in clock ticks since
     boot); None elsewhere."""
-    stat = _proc_stat(pid)
+    stat = process_stat(pid)
     return stat[1] if stat else None
 
 
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start) of a process from ``/proc/PID/stat`` (fields 3 and 22) and this boot's id."""
+def process_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start) of a live process from ``/proc/PID/stat`` (fields 3 and 22, the start with
+    this boot's id); None where it is gone or the OS does not tell."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
