@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from collectors.tir import block_realizes, contiguous_axis, is_reduction
+
 #: every mode, in the order reports list them
 MODES = ("no_simd", "short_vector", "ragged_vector", "register_spill", "one_core")
 
@@ -70,17 +72,11 @@ def _domain(loops: Sequence[Any]) -> int:
     return math.prod(int(lp.extent) for lp in loops) if loops else 1
 
 
-def _is_reduce(iter_var: Any) -> bool:
-    return int(iter_var.iter_type) == 2  # IterVar.CommReduce
-
-
 def _main_block(func: Any) -> tuple[Any, tuple] | None:
-    from collectors.tir import block_realizes
-
     realizes = [(r, lp) for r, lp in block_realizes(func.body) if r.block.name_hint != "root" and r.block.writes]
     if not realizes:
         return None
-    reducing = [(r, lp) for r, lp in realizes if any(_is_reduce(v) for v in r.block.iter_vars)]
+    reducing = [(r, lp) for r, lp in realizes if any(is_reduction(v) for v in r.block.iter_vars)]
     return max(reducing or realizes, key=lambda rl: _domain(rl[1]))
 
 
@@ -127,30 +123,23 @@ def loop_shape(mod: Any, hardware: Any) -> LoopShape | None:
     realize, loops = found
     block = realize.block
     binding = {iv.var: val for iv, val in zip(block.iter_vars, realize.iter_values)}
-    write = block.writes[0]
-    last = write.region[-1].min if len(write.region) else None
-    axis_vars = [v for v in (_vars(last) if last is not None else set()) if v in binding]
-    out_buf = write.source  # the buffer (TVM 0.27: a TensorRegion's source)
+    axis, loaded = contiguous_axis(block)
+    out_buf = block.writes[0].source  # the buffer (TVM 0.27: a TensorRegion's source)
     lanes = max(1, int(getattr(hardware, "vector_bits", 128)) // max(8, _bits(str(out_buf.dtype))))
     axis_extent = int(out_buf.shape[-1]) if len(out_buf.shape) else 1
-    contiguous = any(
-        not r.source.same_as(out_buf) and len(r.region) and axis_vars
-        and axis_vars[0] in _vars(r.region[-1].min)
-        for r in block.reads
-    )
-    reduce_vars = [iv.var for iv in block.iter_vars if _is_reduce(iv)]
+    reduce_vars = [iv.var for iv in block.iter_vars if is_reduction(iv)]
     tile, depth = None, -1
     if reduce_vars:  # the register tile: the spatial loops inside the innermost reduction loop
         carried = set().union(*(_vars(binding[v]) for v in reduce_vars))
         depth = max((i for i, lp in enumerate(loops) if lp.loop_var in carried and int(lp.extent) > 1), default=-1)
-        spatial = set().union(*(_vars(binding[iv.var]) for iv in block.iter_vars if not _is_reduce(iv)))
+        spatial = set().union(*(_vars(binding[iv.var]) for iv in block.iter_vars if not is_reduction(iv)))
         tile = math.prod(int(lp.extent) for lp in loops[depth + 1:] if lp.loop_var in spatial)
     # the innermost factor: what a loop of the register tile (all loops, without a reduction) walks
-    inner = _stride1_factor(binding[axis_vars[0]], loops, depth + 1) if len(axis_vars) == 1 else 1
+    inner = _stride1_factor(binding[block.iter_vars[axis].var], loops, depth + 1) if axis is not None else 1
     parallel = math.prod(int(lp.extent) for lp in loops if lp.kind == tirx.ForKind.PARALLEL)
     return LoopShape(block=str(block.name_hint), axis_extent=axis_extent, inner_factor=inner, register_tile=tile,
                      parallel=parallel, lanes=lanes, registers=vector_registers(hardware),
-                     contiguous_input=bool(contiguous))
+                     contiguous_input=bool(loaded))
 
 
 def modes_of(shape: LoopShape | None, cores: int = 2) -> tuple[str, ...]:

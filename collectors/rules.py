@@ -183,28 +183,21 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     loop nest over its iterators, or no contiguous output axis)."""
     from tvm.tirx.analysis import undefined_vars
 
-    from collectors.tir import block_realizes
+    from collectors.tir import block_realizes, contiguous_axis, is_reduction
 
     func = next(iter(as_module(mod).functions.values()))
     found = next((r for r, _ in block_realizes(func.body) if str(r.block.name_hint) == block_name), None)
-    if found is None or not found.block.writes:
+    if found is None:
+        return None
+    vec, loaded = contiguous_axis(found.block)
+    if vec is None:
         return None
     ivs = list(found.block.iter_vars)
-    var_of = {iv.var: i for i, iv in enumerate(ivs)}
-    write = found.block.writes[0]
-    out_last = [var_of[v] for v in undefined_vars(write.region[-1].min) if v in var_of] if len(write.region) else []
-    if len(out_last) != 1 or int(ivs[out_last[0]].iter_type) == 2:
-        return None
-    vec = out_last[0]
-    vec_var = ivs[vec].var
-    # inputs loaded as vectors: contiguous along the output's stride-1 axis
-    loaded = [r for r in found.block.reads if not r.source.same_as(write.source) and len(r.region)
-              and vec_var in set(undefined_vars(r.region[-1].min))]
-    used = set()
+    used = set()  # what the inputs loaded as vectors depend on
     for r in loaded:
         for rng in r.region:
             used |= set(undefined_vars(rng.min))
-    reduce = tuple(int(iv.iter_type) == 2 for iv in ivs)
+    reduce = tuple(is_reduction(iv) for iv in ivs)
     extents = tuple(int(iv.dom.extent) for iv in ivs)
     rows = [i for i, iv in enumerate(ivs) if not reduce[i] and i != vec and iv.var not in used and extents[i] > 1]
     return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None)

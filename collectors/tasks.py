@@ -84,7 +84,7 @@ def program_op_kind(mod: Any) -> str:
     """
     from tvm.tirx.analysis import undefined_vars
 
-    from collectors.tir import as_module, block_realizes
+    from collectors.tir import as_module, block_realizes, is_reduction
 
     func = next(iter(as_module(mod).functions.values()))
     blocks = [r.block for r, _ in block_realizes(func.body) if str(r.block.name_hint) != "root"]
@@ -93,13 +93,13 @@ def program_op_kind(mod: Any) -> str:
     kinds, gathers, moves = [], False, True
     for block in blocks:
         value = getattr(block.body, "value", None)
-        reduce_vars = {iv.var for iv in block.iter_vars if int(iv.iter_type) == 2}
+        reduce_vars = {iv.var for iv in block.iter_vars if is_reduction(iv)}
         if not reduce_vars:
             loads = [n for n in _nodes(value) if type(n).__name__ in _LOADS] if value is not None else []
             gathers |= any(type(m).__name__ in _LOADS for ld in loads for i in ld.indices for m in _nodes(i))
             moves &= value is not None and not _computes(value)
             continue
-        spatial_vars = {iv.var for iv in block.iter_vars if int(iv.iter_type) != 2}
+        spatial_vars = {iv.var for iv in block.iter_vars if not is_reduction(iv)}
         ins = [r for r in block.reads if not any(r.source.same_as(w.source) for w in block.writes)]
         windowed = max((sum(1 for rng in r.region if (set(undefined_vars(rng.min)) & reduce_vars)
                             and (set(undefined_vars(rng.min)) & spatial_vars)) for r in ins), default=0)

@@ -147,3 +147,28 @@ def block_realizes(stmt: Any, loops: tuple = ()) -> Iterator[tuple[Any, tuple]]:
         child = getattr(stmt, attr, None)
         if child is not None and type(child).__module__.startswith("tvm"):
             yield from block_realizes(child, loops)
+
+
+def is_reduction(iter_var: Any) -> bool:
+    """Whether a block iterator is a reduction (``IterVar.CommReduce``)."""
+    return int(iter_var.iter_type) == 2
+
+
+def contiguous_axis(block: Any) -> tuple[int | None, list]:
+    """The position of the block iterator the last (stride-1) index of the block's output depends
+    on (None unless exactly one, spatial one does), and the block's reads of other buffers whose
+    last index depends on it too: the inputs a vector along the output's contiguous axis loads."""
+    from tvm.tirx.analysis import undefined_vars
+
+    if not block.writes or not len(block.writes[0].region):
+        return None, []
+    write = block.writes[0]
+    ivs = list(block.iter_vars)
+    position = {iv.var: i for i, iv in enumerate(ivs)}
+    last = [position[v] for v in undefined_vars(write.region[-1].min) if v in position]
+    if len(last) != 1 or is_reduction(ivs[last[0]]):
+        return None, []
+    var = ivs[last[0]].var
+    loaded = [r for r in block.reads if not r.source.same_as(write.source) and len(r.region)
+              and var in set(undefined_vars(r.region[-1].min))]
+    return last[0], loaded
