@@ -108,10 +108,7 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
     ``top_k`` measured here. Measured records go to ``on_records`` (the closed loop, tuner
     ``tlm:<model id>``).
     """
-    from collectors.tir import schedule_of
-    from collectors.tuner import measure_schedules
     from tlm.service.api import ApiError
-    from tlm.service.generator import tuner_name
 
     out = []
     for task in tasks:
@@ -132,20 +129,12 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
         else:
             ts.candidates, ts.generate_s, ts.trace = len(choice.traces), choice.generate_s, choice.traces[0]
             if top_k > 1:
-                t0 = time.perf_counter()
-                records: list = []
-                schedules = [schedule_of(task.mod, t, checked=True) for t in choice.traces]
-                measure_schedules(task, hardware, schedules, tuner=tuner_name(choice.model_id),
-                                  on_records=records.extend)
-                ts.measure_s = time.perf_counter() - t0
-                ok = [(r.latency_s, i) for i, r in enumerate(records) if r.latency_s is not None]
-                if ok:
-                    ts.latency_s, ts.rank = min(ok)
+                best, n = _measure(ts, hardware, choice, 0, len(choice.traces), on_records)
+                if best is not None:
+                    ts.latency_s, ts.rank = best
                     ts.trace = choice.traces[ts.rank]
                 else:
-                    ts.error = f"none of {len(records)} candidates ran correctly; the top-1 is kept unmeasured"
-                if on_records is not None:
-                    on_records(records)
+                    ts.error = f"none of {n} candidates ran correctly; the top-1 is kept unmeasured"
         out.append(ts)
         if progress is not None:
             progress(ts)
@@ -169,10 +158,8 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
     throughput; a step that did not improve a task halves its priority (Ansor's task scheduler
     favours tasks still improving the same way). Every batch's records go to ``on_records``
     at once, so Ctrl-C (KeyboardInterrupt, passed on) keeps every measurement made."""
-    from collectors.tir import schedule_of
-    from collectors.tuner import measure_schedules
     from tlm.service.api import ApiError
-    from tlm.service.generator import MAX_K, tuner_name
+    from tlm.service.generator import MAX_K
 
     live = [ts for ts in schedules if ts.trace is not None and ts.source == "model"]
     asked = {id(ts): 0 for ts in live}  # candidates measured so far per task
@@ -199,21 +186,12 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
             log.warning("%s: no more candidates (%s)", ts.task.task_name, exc)
             asked[id(ts)] = MAX_K
             continue
-        traces = choice.traces[lo:hi]
         asked[id(ts)] = hi if len(choice.traces) >= hi else MAX_K  # a pool smaller than asked: exhausted
-        if not traces:
+        if not choice.traces[lo:hi]:
             continue
-        t0 = time.perf_counter()
-        records: list = []
-        measure_schedules(ts.task, hardware, [schedule_of(ts.task.mod, t, checked=True) for t in traces],
-                          tuner=tuner_name(choice.model_id), on_records=records.extend)
-        ts.measure_s += time.perf_counter() - t0
+        best, n = _measure(ts, hardware, choice, lo, hi, on_records)
         ts.generate_s += choice.generate_s
-        spent += len(traces)
-        if on_records is not None:
-            on_records(records)
-        ok = [(r.latency_s, lo + i) for i, r in enumerate(records) if r.latency_s is not None]
-        best = min(ok) if ok else None
+        spent += n
         if best is not None and (ts.latency_s is None or best[0] < ts.latency_s):
             ts.latency_s, ts.rank = best
             ts.trace = choice.traces[ts.rank]
@@ -223,6 +201,27 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
         if progress is not None:
             progress(ts, spent)
     return spent
+
+
+def _measure(ts: TaskSchedule, hardware: Hardware, choice: Proposal, lo: int, hi: int,
+             on_records: Callable[[list], None] | None) -> tuple[tuple[float, int] | None, int]:
+    """Build, run and check ``choice.traces[lo:hi]`` of ``ts``'s task as a search's candidates
+    (tuner ``tlm:<model id>``), adding the time to ``ts.measure_s`` and handing the records to
+    ``on_records`` at once: ``((latency, rank) of the fastest correct one or None, measured)``."""
+    from collectors.tir import schedule_of
+    from collectors.tuner import measure_schedules
+    from tlm.service.generator import tuner_name
+
+    traces = choice.traces[lo:hi]
+    t0 = time.perf_counter()
+    records: list = []
+    measure_schedules(ts.task, hardware, [schedule_of(ts.task.mod, t, checked=True) for t in traces],
+                      tuner=tuner_name(choice.model_id), on_records=records.extend)
+    ts.measure_s += time.perf_counter() - t0
+    if on_records is not None:
+        on_records(records)
+    ok = [(r.latency_s, lo + i) for i, r in enumerate(records) if r.latency_s is not None]
+    return (min(ok) if ok else None), len(records)
 
 
 def database_of(schedules: Sequence[TaskSchedule], hardware: Hardware) -> Any:
