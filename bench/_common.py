@@ -31,6 +31,13 @@ def geomean(xs: Iterable[float | None]) -> float | None:
     return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
 
 
+def speed_over(rows: Iterable[dict], method: str, baseline: str) -> float | None:
+    """Geomean over the rows (each with ``latency_s``: method -> seconds) that timed both of
+    ``baseline``'s latency / ``method``'s: above 1, ``method`` is the faster."""
+    return geomean([r["latency_s"][baseline] / r["latency_s"][method] for r in rows
+                    if method in r["latency_s"] and baseline in r["latency_s"]])
+
+
 def cpu_model() -> str:
     """The CPU's model name as the kernel reports it ("" where it does not)."""
     try:

@@ -27,89 +27,92 @@ import argparse
 import json
 import os
 import time
+from typing import Any
 
-from bench._common import RESULTS, geomean, machine, refuse_beside_measuring
+from bench._common import RESULTS, machine, refuse_beside_measuring, speed_over
 
 OUT = os.path.join(RESULTS, "learning.json")
 
 
-def teacher(hardware: object, *, corpus_dir: str | None, n: int, trials: int = 256) -> dict:
-    """The teacher's figure on the training sample (module docstring)."""
-    from bench.judging import training_sample
-    from bench.quality import health_of, teacher_modes
-    from bench.references import cache_path, reference_search
-    from collectors.judge import Method, judge, rules_method
-    from collectors.tir import schedule_of
+def _sample(hardware: Any, corpus_dir: str | None, n: int) -> tuple[list, dict]:
+    """The fixed training sample and the corpus's fastest record of each of its workloads."""
+    from bench.judging import CORPUS, training_sample
     from storage import Corpus
-    from bench.judging import CORPUS
 
     tasks = training_sample(hardware.key, corpus_dir=corpus_dir, n=n)
+    with Corpus.open(corpus_dir or CORPUS) as corpus:
+        return tasks, corpus.best_records([t.workload_key for t in tasks], hardware.key)
+
+
+def _judged(task: Any, hardware: Any, methods: dict) -> dict:
+    """One workload's methods re-measured in one call: its row (``latency_s`` per method), printed."""
+    from collectors.judge import judge
+
+    res = judge(task, hardware, methods, torch_eager=False)
+    lat = {k: v["latency_s"] for k, v in res.items() if v.get("latency_s")}
+    print(task.task_name, {k: f"{v * 1e6:.0f} us" for k, v in lat.items()}, flush=True)
+    return {"task": task.task_name, "workload_key": task.workload_key, "latency_s": lat}
+
+
+def teacher(hardware: Any, *, corpus_dir: str | None, n: int, trials: int = 256) -> dict:
+    """The teacher's figure on the training sample (module docstring)."""
+    from bench.quality import health_of, teacher_modes
+    from bench.references import cache_path, reference_search
+    from collectors.judge import Method, rules_method
+    from collectors.tir import schedule_of
+
+    tasks, best = _sample(hardware, corpus_dir, n)
     missing = [t.task_name for t in tasks if not os.path.exists(cache_path(t.workload_key, hardware.key, trials, 0))]
     if missing:
         raise SystemExit(f"error: no MetaSchedule@{trials} reference of {', '.join(missing)} on {hardware.key}: "
                          f"run python -m bench.references --set train --tasks {n} --trials {trials} first")
     rows = []
-    with Corpus.open(corpus_dir or CORPUS) as corpus:
-        best = corpus.best_records([t.workload_key for t in tasks], hardware.key)
     for t in tasks:
-        search = reference_search(t, hardware, trials)
         methods = {"corpus_best": Method([schedule_of(t.mod, best[t.workload_key]["trace_json"])], 0.0),
-                   "rules": rules_method(t, hardware), **search.methods}
-        res = judge(t, hardware, methods, torch_eager=False)
-        lat = {k: v["latency_s"] for k, v in res.items() if v.get("latency_s")}
-        rows.append({"task": t.task_name, "workload_key": t.workload_key, "model": t.model, "latency_s": lat,
+                   "rules": rules_method(t, hardware), **reference_search(t, hardware, trials).methods}
+        rows.append({**_judged(t, hardware, methods), "model": t.model,
                      "corpus_best_recorded_s": best[t.workload_key]["latency_s"],
                      "corpus_best_tuner": best[t.workload_key]["tuner"]})
-        print(t.task_name, {k: f"{v * 1e6:.0f} us" for k, v in lat.items()}, flush=True)
-    ratio = lambda a, b: geomean([r["latency_s"][b] / r["latency_s"][a] for r in rows  # noqa: E731
-                                  if a in r["latency_s"] and b in r["latency_s"]])
+    ms = f"ms_{trials}"
     modes = teacher_modes(hardware.key, hardware, corpus_dir=corpus_dir, n=n)
     return {"workloads": len(rows), "tasks": rows,
-            "corpus_best_vs_ms_256": ratio("corpus_best", f"ms_{trials}"),
-            "ms_64_vs_ms_256": ratio("ms_64", f"ms_{trials}"), "rules_vs_ms_256": ratio("rules", f"ms_{trials}"),
-            "corpus_best_vs_rules": ratio("corpus_best", "rules"),
+            "corpus_best_vs_ms_256": speed_over(rows, "corpus_best", ms),
+            "ms_64_vs_ms_256": speed_over(rows, "ms_64", ms), "rules_vs_ms_256": speed_over(rows, "rules", ms),
+            "corpus_best_vs_rules": speed_over(rows, "corpus_best", "rules"),
             "pool_health": health_of([p["modes"] for p in modes["programs"]], [p["speed"] for p in modes["programs"]])}
 
 
-def student(hardware: object, model_dir: str, *, corpus_dir: str | None, n: int, trials: int = 256) -> dict:
+def student(hardware: Any, model_dir: str, *, corpus_dir: str | None, n: int, trials: int = 256) -> dict:
     """The student on its *training* workloads (fit before generalization): the model's greedy
     and ranked top-1 on the fixed training sample, re-measured beside the teacher's best program
     (the corpus's fastest record) and MetaSchedule@256, in one call per workload."""
-    from bench.judging import CORPUS, training_sample
     from bench.references import reference_search
-    from collectors.judge import Method, judge
+    from collectors.judge import Method
     from collectors.tir import schedule_of
-    from storage import Corpus
     from tlm.model.network import load_model
     from tlm.service.catalog import ranker_for
     from tlm.service.generator import generate
 
     model, tok, _ = load_model(model_dir)
     ranker, ranked_by = ranker_for(model_dir, hardware.key)
-    tasks = training_sample(hardware.key, corpus_dir=corpus_dir, n=n)
-    with Corpus.open(corpus_dir or CORPUS) as corpus:
-        best = corpus.best_records([t.workload_key for t in tasks], hardware.key)
+    tasks, best = _sample(hardware, corpus_dir, n)
+    ms = f"ms_{trials}"
     rows = []
     for t in tasks:
         g = generate(t, hardware, model, tok, k=1)
         methods = {"tlm_top1": Method([g.candidates[0].schedule], g.generate_s + g.check_s),
                    "corpus_best": Method([schedule_of(t.mod, best[t.workload_key]["trace_json"])], 0.0),
-                   f"ms_{trials}": reference_search(t, hardware, trials).methods[f"ms_{trials}"]}
+                   ms: reference_search(t, hardware, trials).methods[ms]}
         if ranker is not None:
             gr = generate(t, hardware, model, tok, k=1, ranker=ranker)
             methods["tlm_ranked_top1"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s + gr.rank_s)
-        res = judge(t, hardware, methods, torch_eager=False)
-        lat = {k: v["latency_s"] for k, v in res.items() if v.get("latency_s")}
-        rows.append({"task": t.task_name, "workload_key": t.workload_key, "latency_s": lat})
-        print(t.task_name, {k: f"{v * 1e6:.0f} us" for k, v in lat.items()}, flush=True)
-    ratio = lambda a, b: geomean([r["latency_s"][b] / r["latency_s"][a] for r in rows  # noqa: E731
-                                  if a in r["latency_s"] and b in r["latency_s"]])
+        rows.append(_judged(t, hardware, methods))
     return {"model": os.path.basename(os.path.normpath(model_dir)), "ranked_by": ranked_by, "workloads": len(rows),
             "tasks": rows,
-            "top1_vs_teacher": ratio("tlm_top1", "corpus_best"),
-            "ranked_top1_vs_teacher": ratio("tlm_ranked_top1", "corpus_best"),
-            "top1_vs_ms_256": ratio("tlm_top1", f"ms_{trials}"),
-            "ranked_top1_vs_ms_256": ratio("tlm_ranked_top1", f"ms_{trials}")}
+            "top1_vs_teacher": speed_over(rows, "tlm_top1", "corpus_best"),
+            "ranked_top1_vs_teacher": speed_over(rows, "tlm_ranked_top1", "corpus_best"),
+            "top1_vs_ms_256": speed_over(rows, "tlm_top1", ms),
+            "ranked_top1_vs_ms_256": speed_over(rows, "tlm_ranked_top1", ms)}
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import json
 import os
 import time
 
-from bench._common import RESULTS, geomean, machine, refuse_beside_measuring, write_noted
+from bench._common import RESULTS, geomean, machine, refuse_beside_measuring, speed_over, write_noted
 
 
 def main() -> None:
@@ -59,19 +59,17 @@ def main() -> None:
             rows.append(row)
             print(t.task_name, {n: f"{v * 1e3:.3f} ms ({row['pct_of_peak'][n]:.0f}%)" for n, v in lat.items()},
                   flush=True)
-    ratio = lambda rs, a, b: geomean([r["latency_s"][b] / r["latency_s"][a] for r in rs  # noqa: E731
-                                      if a in r["latency_s"] and b in r["latency_s"]])
     held = [r for r in rows if r["held_out"]]
     res = {"machine": machine(hw), "hardware": hw.key, "peak_gflops": peak, "wall_s": round(time.time() - t0),
            "tasks": rows,
            "summary": {
                "held_out_matmuls_pct_of_peak": {n: geomean([r["pct_of_peak"].get(n) for r in held])
                                                 for n in ("rules_blocked", "rules_roller", "torch_eager")},
-               "blocked_over_roller": {"held_out_matmuls": ratio(held, "rules_blocked", "rules_roller"),
-                                       "convolutions": ratio([r for r in rows if not r["held_out"]],
+               "blocked_over_roller": {"held_out_matmuls": speed_over(held, "rules_blocked", "rules_roller"),
+                                       "convolutions": speed_over([r for r in rows if not r["held_out"]],
                                                              "rules_blocked", "rules_roller")},
-               "blocked_over_corpus_best": ratio(rows, "rules_blocked", "corpus_best"),
-               "blocked_over_torch_eager": ratio(rows, "rules_blocked", "torch_eager")}}
+               "blocked_over_corpus_best": speed_over(rows, "rules_blocked", "corpus_best"),
+               "blocked_over_torch_eager": speed_over(rows, "rules_blocked", "torch_eager")}}
     write_noted(res, args.out, report_md, None)
     print(json.dumps(res["summary"], indent=2))
 
