@@ -18,9 +18,10 @@ Markers: ``slow`` (still run by the README's test command and CI; ``-m "not slow
 quick loop), ``postgres``, ``gpu``, ``ray`` (starts Ray), and ``timing``: a
 comparison of timings that needs a quiet machine, run only with ``--timing -n 0``.
 
-Two xdist workers (``-n 2 --dist load`` in pyproject.toml: the suite's wall time on 2 cores is
-half TVM compiles and half Ray start-ups and waits, which overlap well; the heaviest files'
-tests first: ``HEAVY_FIRST``); ``-n 0`` runs in one process.
+Two xdist workers (``-n 2 --dist loadscope`` in pyproject.toml: the suite's wall time on 2 cores
+is half TVM compiles and half Ray start-ups and waits, which overlap well), dealt the tests
+longest first by their recorded durations (tests/helpers/schedule.py); ``-n 0`` runs in one
+process.
 """
 import json
 import os
@@ -48,47 +49,45 @@ def _light_tensor_intrinsics():
 def pytest_addoption(parser):
     parser.addoption("--timing", action="store_true", default=False,
                      help="also run the tests marked timing (they compare timings: a quiet machine only)")
+    parser.addoption("--store-durations", action="store_true", default=False,
+                     help="after a passing whole run, record each test's duration in tests/durations.json "
+                          "(the order the workers get them in)")
 
 
-#: The files whose tests take longest (measured with ``--durations=0`` on the 2-core Zen 3, the
-#: slowest of our CPUs), heaviest first. ``--dist load`` hands each xdist worker tests in
-#: collection order, one more whenever it runs low, so these start first and the many short
-#: tests fill in behind them (the longest-first rule: no heavy test starts last and runs alone).
-#: Every other file keeps its place after them. (``--dist loadfile``, whole files per worker,
-#: hung the run when a worker died: xdist's controller waited for the dead worker's files.)
-#: Ray tests need no worker of their own: each starts a Ray that joins nothing
-#: (``address="local"``, or the simulated cluster's own address) and every Ray Serve, dashboard
-#: and HTTP port is chosen free, so two run side by side.
-HEAVY_FIRST = (
-    "test_demo.py",
-    "cluster/test_collect_job.py",
-    "cluster/test_train_job.py",
-    "faults/test_driver_faults.py",
-    "faults/test_train_faults.py",
-    "cluster/test_compile_cmd.py",
-    "cluster/test_adapt.py",
-    "cluster/test_serve.py",
-    "tlm/test_gpu.py",
-    "collectors/test_rules.py",
-    "tlm/test_dataset.py",
-    "faults/test_storage_faults.py",
-)
 HERE = os.path.dirname(os.path.abspath(__file__))
+_durations: dict[str, float] = {}
 
 
-def _heaviness(item) -> int:
-    rel = os.path.relpath(str(item.fspath), HERE).replace(os.sep, "/")
-    return HEAVY_FIRST.index(rel) if rel in HEAVY_FIRST else len(HEAVY_FIRST)
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope`` deals tests longest first (tests/helpers/schedule.py says why)."""
+    if config.getvalue("dist") == "loadscope":
+        from tests.helpers.schedule import LongestFirst
+
+        return LongestFirst(config, log)
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_heaviness)  # stable: a file's tests keep their order
     if config.getoption("--timing"):
         return
     skip = pytest.mark.skip(reason="compares timings: run on a quiet machine with --timing")
     for item in items:
         if "timing" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """Sum each test's setup, call and teardown (the controller sees every worker's reports)."""
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if config.getoption("--store-durations") and not hasattr(config, "workerinput") and exitstatus == 0:
+        from tests.helpers.schedule import store_durations
+
+        store_durations(_durations)
 
 
 @pytest.fixture
