@@ -170,9 +170,13 @@ def test_explicit_shutdown_stops_the_workers(cpu_hw):
     from collectors.runner import shutdown_runners
     from tests.helpers.workloads import matmul
 
+    # what earlier tests on this worker left running (a Ray, a server) is not this pool's to stop
+    shutdown_builders()
+    shutdown_runners()
+    earlier = {p.pid for p in psutil.Process().children(recursive=True)}
     (b,) = make_pool_builder(max_workers=1).build(_inputs(ms, [matmul(8, 8, 8)], cpu_hw.tvm_target()))
     assert b.error_msg is None
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = {p.pid for p in psutil.Process().children(recursive=True)} - earlier
     assert before
     shutdown_builders()
     shutdown_runners()
