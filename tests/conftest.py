@@ -50,8 +50,8 @@ def pytest_addoption(parser):
     parser.addoption("--timing", action="store_true", default=False,
                      help="also run the tests marked timing (they compare timings: a quiet machine only)")
     parser.addoption("--store-durations", action="store_true", default=False,
-                     help="after a passing whole run, record each test's duration in tests/durations.json "
-                          "(the order the workers get them in)")
+                     help="after a passing run, record its tests' durations in tests/durations.json, over "
+                          "the earlier record (the order the workers get them in)")
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -40,8 +40,8 @@ def load_durations(path: Path = DURATIONS) -> dict[str, float]:
 
 
 def store_durations(seconds: dict[str, float], path: Path = DURATIONS) -> None:
-    """Record a run's durations over the earlier record; tests under 0.1 s are left out to keep the record short (they
-    then count :data:`UNKNOWN_S`: only their place in the deal changes)."""
+    """Record a run's durations over the earlier record. Tests under 0.1 s are left out to keep
+    the record short (they then count :data:`UNKNOWN_S`: only their place in the deal changes)."""
     merged = {**load_durations(path), **seconds}  # a partial run refreshes its own tests
     kept = {k: round(v, 1) for k, v in sorted(merged.items()) if v >= 0.1}
     path.write_text(json.dumps(kept, indent=0, sort_keys=True) + "\n")
@@ -66,7 +66,7 @@ def longest_first(nodeids: list[str], durations: dict[str, float]) -> "OrderedDi
 
 
 class LongestFirst(LoadScopeScheduling):
-    """xdist's ``loadscope`` dealing :func:`longest_first` units (crash handling is xdist's own)."""
+    """xdist's ``loadscope`` dealing :func:`longest_first` units; a crashed test is not dealt again."""
 
     def _split_scope(self, nodeid: str) -> str:
         return unit_of(nodeid)
