@@ -7,6 +7,7 @@ they judge on one set.
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Sequence
 
@@ -60,14 +61,24 @@ def judging_set(hw: Any, *, corpus_dir: str | None = None, max_tasks: int | None
 SEARCHED_KINDS = ("conv2d", "conv1d", "matmul", "dense", "batch_matmul")
 
 
+#: The training sample each key's rounds are judged on, pinned when first judged (:func:`pin_sample`).
+SAMPLE_PINS = os.path.join(ROOT, "bench", "results", "training_sample.json")
+
+
 def training_sample(hardware_key: str, *, corpus_dir: str | None = None, n: int = 16,
-                    held_out: Sequence[str] | None = None) -> list:
+                    held_out: Sequence[str] | None = None, pins: str = SAMPLE_PINS) -> list:
     """A fixed sample of ``n`` training workloads the corpus measured on ``hardware_key``: the
     teacher's quality (its best programs against MetaSchedule@256) is judged on it, round after
     round (issue 32, items 3-4). Workloads of a training split only (never one that occurs in a
-    held-out model), of a searched kind (:data:`SEARCHED_KINDS`), taken in workload-key order
-    (a hash: a sample that mixes sizes and models, and stays the same as the corpus grows around
-    it only while no new workload sorts before it: the chosen keys are written to every result)."""
+    held-out model), of a searched kind (:data:`SEARCHED_KINDS`), taken in workload-key order (a
+    hash: a sample that mixes sizes and models).
+
+    Fixed means pinned: a round's search measures workloads the corpus lacked, and one whose key
+    sorts first would push a judged workload out of the sample (and cost a new 256-trial reference
+    search) between two rounds that must be compared on the same workloads. So the workloads in
+    ``pins`` for the key come first, in their order, and only the rest are drawn (:func:`pin_sample`
+    writes them there: the teacher's judgements and the reference searches do). A pinned workload
+    the corpus lacks is an error that names it."""
     from collectors.tasks import task_from_index
     from collectors.zoo import HELD_OUT_MODELS
     from storage import Corpus
@@ -76,15 +87,40 @@ def training_sample(hardware_key: str, *, corpus_dir: str | None = None, n: int 
     held = set(held_out or HELD_OUT_MODELS)
     with Corpus.open(corpus_dir or CORPUS) as corpus:
         rows, measured = corpus.workloads(), corpus.best_latencies(hardware_key)
-    rows = sorted((w for w in rows if w["workload_key"] in measured and w.get("op_kind") in SEARCHED_KINDS
-                   and split_of(w.get("models") or {}, held) == "train"), key=lambda w: w["workload_key"])
+    eligible = {w["workload_key"]: w for w in rows if w["workload_key"] in measured
+                and w.get("op_kind") in SEARCHED_KINDS and split_of(w.get("models") or {}, held) == "train"}
+    pinned = _read_pins(pins).get(hardware_key, [])
+    lost = [k for k in pinned[:n] if k not in eligible]
+    if lost:
+        raise ValueError(f"the pinned training sample of {hardware_key} ({pins}) has workloads this corpus "
+                         f"has no training record of on that key: {', '.join(lost)}")
+    chosen = (pinned + sorted(k for k in eligible if k not in pinned))[:n]
     out = []
-    for w in rows[:n]:
+    for key in chosen:
+        w = eligible[key]
         t = task_from_index(w)
         t.weights = {m: int(c) for m, c in (w.get("models") or {}).items()}
         t.weight = sum(t.weights.values()) or 1
         out.append(t)
     return out
+
+
+def pin_sample(hardware_key: str, tasks: Sequence[Any], pins: str = SAMPLE_PINS) -> None:
+    """Pin ``tasks`` (a :func:`training_sample`, in its order) as the key's sample, when it adds to the pins."""
+    saved = _read_pins(pins)
+    pinned, keys = saved.get(hardware_key, []), [t.workload_key for t in tasks]
+    if len(keys) > len(pinned) and keys[: len(pinned)] == pinned:
+        saved[hardware_key] = keys
+        with open(pins, "w") as f:
+            json.dump(saved, f, indent=1, sort_keys=True)
+            f.write("\n")
+
+
+def _read_pins(path: str) -> dict[str, list[str]]:
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
 
 
 def vit_tasks(hw: Any) -> list:

@@ -35,7 +35,7 @@ OUT = os.path.join(RESULTS, "learning.json")
 
 
 def _sample(hardware: Any, corpus_dir: str | None, n: int) -> tuple[list, dict]:
-    """The fixed training sample and the corpus's fastest record of each of its workloads."""
+    """The fixed (pinned) training sample and the corpus's fastest record of each of its workloads."""
     from bench.judging import CORPUS, training_sample
     from storage import Corpus
 
@@ -123,22 +123,29 @@ def main() -> None:
     ap.add_argument("--corpus", default=None)
     ap.add_argument("--tasks", type=int, default=16)
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--if-missing", action="store_true",
+                    help="judge only when --out has no entry of this round on this key yet (a resumed round)")
     args = ap.parse_args()
     if args.what == "student" and not args.model:
         ap.error("student needs --model DIR")
-    refuse_beside_measuring(f"judge the {args.what}")
 
+    from bench.judging import pin_sample, training_sample
     from collectors.hardware import detect_hardware
 
     hw = detect_hardware("cpu")
     res = json.load(open(args.out)) if os.path.exists(args.out) else {}
+    section = "teacher" if args.what == "teacher" else "student_train"
+    if args.if_missing and str(args.round) in res.get(section, {}).get(hw.key, {}):
+        print(f"{section} of round {args.round} on {hw.key} is in {args.out} already: not judged again")
+        return
+    refuse_beside_measuring(f"judge the {args.what}")
     t0 = time.time()
     if args.what == "teacher":
         entry = teacher(hw, corpus_dir=args.corpus, n=args.tasks)
+        pin_sample(hw.key, training_sample(hw.key, corpus_dir=args.corpus, n=args.tasks))
     else:
         entry = student(hw, args.model, corpus_dir=args.corpus, n=args.tasks)
     entry.update(machine=machine(hw), wall_s=round(time.time() - t0), corpus=args.corpus or "data/corpus")
-    section = "teacher" if args.what == "teacher" else "student_train"
     res.setdefault(section, {}).setdefault(hw.key, {})[str(args.round)] = entry
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

@@ -102,12 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    from bench.judging import judging_set, training_sample
+    from bench.judging import judging_set, pin_sample, training_sample
     from collectors.hardware import detect_hardware
 
     hw = detect_hardware("cpu")
     if args.set == "train":
         tasks = training_sample(hw.key, corpus_dir=args.corpus, n=args.tasks)
+        pin_sample(hw.key, tasks)
     else:
         tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks)
     for i, task in enumerate(tasks):

@@ -9,9 +9,10 @@
 #
 #   0. a working corpus (a copy of data/corpus) and a seeding model: MODEL, else the shipped
 #      Rocket Lake model with this key's shipped cost model beside it (models/cost-models/<key>)
-#   1. MetaSchedule@256 references of the fixed training sample (bench.references --set train)
+#   1. MetaSchedule@256 references of the fixed training sample (bench.references --set train; the
+#      sample is pinned in bench/results/training_sample.json when first drawn)
 #   2. the teacher and the seeding model (the student) before the round (bench.learning teacher
-#      and student --round ROUND-1: its fit on its training workloads)
+#      and student --round ROUND-1: its fit on its training workloads), unless judged already
 #   3. the round: the model-seeded search (64 trials) on every training workload of the key
 #      (ResNet-50 and EfficientNet-B0: the zoo's training CNNs the corpus measures on every key)
 #   4. the teacher after it (bench.learning teacher --round ROUND)
@@ -49,9 +50,9 @@ wait_alone() {
 wait_alone
 $PY -m bench.references --set train --tasks "$TASKS" --trials 256 --corpus "$CORPUS"
 wait_alone
-$PY -m bench.learning teacher --round $((ROUND - 1)) --corpus "$CORPUS" --tasks "$TASKS"
+$PY -m bench.learning teacher --round $((ROUND - 1)) --corpus "$CORPUS" --tasks "$TASKS" --if-missing
 wait_alone
-$PY -m bench.learning student --round $((ROUND - 1)) --model "$MODEL" --corpus "$CORPUS" --tasks "$TASKS"
+$PY -m bench.learning student --round $((ROUND - 1)) --model "$MODEL" --corpus "$CORPUS" --tasks "$TASKS" --if-missing
 for m in $MODELS; do
   $PY -m cluster.cli collect --no-ray --model "$m" --strategy tlm-seeded --trials 64 --tlm-model "$MODEL" \
       --corpus "$CORPUS" --no-progress

@@ -76,6 +76,25 @@ def test_the_training_sample_and_its_teacher_health_on_the_shipped_corpus(znver4
     assert "| rules | 2 | 50% |" in md and "| teacher | 16 |" in md and "clean" in md
 
 
+def test_the_training_sample_stays_pinned_while_the_corpus_grows(znver4_hw, tmp_path):
+    """A round's search measures workloads that sort before the sample's; the rounds must still be
+    judged on the same workloads, so the first judged sample is pinned and comes first."""
+    import json
+
+    from bench.judging import pin_sample, training_sample
+
+    pins = str(tmp_path / "pins.json")
+    drawn = training_sample(znver4_hw.key, n=4, pins=pins)
+    pin_sample(znver4_hw.key, drawn[1:3], pins=pins)  # as if the corpus had held only these two then
+    again = [t.workload_key for t in training_sample(znver4_hw.key, n=3, pins=pins)]
+    assert again == [drawn[1].workload_key, drawn[2].workload_key, drawn[0].workload_key]
+    pin_sample(znver4_hw.key, training_sample(znver4_hw.key, n=3, pins=pins), pins=pins)
+    assert json.load(open(pins)) == {znver4_hw.key: again}  # extended, in the same order
+    json.dump({znver4_hw.key: ["0000000000000000"]}, open(pins, "w"))
+    with pytest.raises(ValueError, match="has workloads this corpus has no training record of on that key: 0000000000000000"):
+        training_sample(znver4_hw.key, n=2, pins=pins)
+
+
 def test_the_teacher_figure_needs_its_references_and_says_how_to_get_them(znver4_hw):
     from bench.learning import report_md, teacher
 
