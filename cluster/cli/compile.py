@@ -55,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="measure up to N candidates in all, one batch at a time where the whole model gains most "
                         "(the task with the most expected time left); the records land in --corpus, so the next "
                         "compile starts from them; Ctrl-C keeps what was measured")
+    p.add_argument("--time-budget", type=float, default=0.0, metavar="S",
+                   help="measure for up to S seconds (alone, or with --budget: whichever ends first), where the "
+                        "whole model gains most; a batch starts only while time is left")
     p.add_argument("--no-corpus", action="store_true",
                    help="ask the model for every task, even those the corpus measured on this key")
     p.add_argument("--corpus-best", action="store_true",
@@ -136,7 +139,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
-        "budget": args.budget, "measurements": getattr(args, "measurements", 0),
+        "budget": args.budget, "time_budget_s": args.time_budget, "measurements": getattr(args, "measurements", 0),
         "from_corpus": sum(1 for c in chosen if c.source == "corpus"),
         "default_lowering": [{"task": c.task.task_name, "why": c.error} for c in chosen if c.trace is None],
         "correct": correct, "max_abs_err": err, "latency": lat, "compile_time": times,
@@ -159,9 +162,11 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-k must be between 1 and {MAX_K}, got {args.top_k}")
     if args.budget < 0:
         raise UsageError(f"--budget must be >= 0 measurements, got {args.budget}")
-    if args.budget and args.top_k > 1:
-        raise UsageError("--budget and --top-k > 1 exclude each other (the budget decides how many of each task's "
-                         "candidates are measured)")
+    if args.time_budget < 0:
+        raise UsageError(f"--time-budget must be >= 0 seconds, got {args.time_budget:g}")
+    if _anytime(args) and args.top_k > 1:
+        raise UsageError("--budget or --time-budget and --top-k > 1 exclude each other (the budget decides how many "
+                         "of each task's candidates are measured)")
     if args.model is not None and args.model not in MODEL_NAMES:
         raise UsageError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)} (or --module PKG.MOD:FACTORY)")
     if args.endpoint and args.tlm_model:
@@ -192,7 +197,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
         corpus = Corpus.open(root, index_url=index_url(args))
     try:
         source, model_id = _source(args, hw, corpus, tasks)
-        on_records = corpus.append if corpus is not None and (args.top_k > 1 or args.budget) else None
+        on_records = corpus.append if corpus is not None and (args.top_k > 1 or _anytime(args)) else None
         if on_records is not None:
             from collectors.tasks import register_tasks
 
@@ -208,24 +213,33 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
             chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance,
                                     known=known)
         args.measurements = 0
-        if args.budget:
+        if _anytime(args):
             from tlm.service.whole_model import spend_budget
 
-            console.print(f"measuring up to {args.budget} candidates where the model gains most"
+            limits = " and ".join(([f"{args.budget} candidates"] if args.budget else [])
+                                  + ([f"{args.time_budget:g} s"] if args.time_budget else []))
+            console.print(f"measuring up to {limits} where the model gains most"
                           + ("" if on_records else " (no corpus: the measurements serve this compile only)"))
 
             def step(ts: Any, n: int) -> None:
                 args.measurements = n
-                console.print(f"  {n}/{args.budget}: {ts.task.task_name} best {(ts.latency_s or 0) * 1e6:.0f} us")
+                console.print(f"  {n}{f'/{args.budget}' if args.budget else ''}: {ts.task.task_name} "
+                              f"best {(ts.latency_s or 0) * 1e6:.0f} us")
 
             try:
-                spend_budget(chosen, hw, source, args.budget, on_records=on_records, progress=step)
+                spend_budget(chosen, hw, source, args.budget or None, seconds=args.time_budget or None,
+                             on_records=on_records, progress=step)
             except KeyboardInterrupt:
                 console.print("interrupted: the measurements made are kept in the corpus; building with them")
     finally:
         if corpus is not None:
             corpus.close()
     return chosen, model_id
+
+
+def _anytime(args: argparse.Namespace) -> bool:
+    """Whether this compile measures where the model gains most (``--budget`` or ``--time-budget``)."""
+    return bool(args.budget or args.time_budget)
 
 
 def _check_against_torch(built: Any, module: Any, example: tuple, hw: Any) -> tuple[float, bool]:
@@ -262,7 +276,7 @@ def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, mo
 def _corpus(args: argparse.Namespace) -> str | None:
     """The corpus this compile reads (and, with ``--top-k`` > 1 or ``--budget``, appends to): a
     named one is created when new only then; the default ``./corpus`` is used when it exists."""
-    if corpus_named(args) and (args.top_k > 1 or args.budget):
+    if corpus_named(args) and (args.top_k > 1 or _anytime(args)):
         return corpus_root(args)
     return optional_corpus(args)
 

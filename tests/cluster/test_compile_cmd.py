@@ -110,12 +110,19 @@ def test_an_anytime_budget_measures_where_the_model_gains_most_and_the_next_comp
     assert main(base) == 0
     again = _report(capsys)
     assert again["from_corpus"] == len(measured)
+    # --time-budget: a batch starts only while time is left, so 10 ms is one batch of the heaviest task
+    base[base.index("--corpus") + 1] = str(tmp_path / "c2")
+    assert main([*base, "--time-budget", "0.01"]) == 0
+    timed = _report(capsys)
+    assert timed["correct"] and timed["measurements"] == 4 and timed["time_budget_s"] == 0.01
+    assert heaviest["task"] in {t["task"] for t in timed["per_task"] if t["latency_s"]}
 
 
 @pytest.mark.parametrize("argv, words", [
     (["compile", "--model", "resnet5"], "unknown model 'resnet5'"),
     (["compile", "--model", "resnet50", "--budget", "-1"], "--budget must be >= 0 measurements, got -1"),
-    (["compile", "--model", "resnet50", "--budget", "4", "--top-k", "2"], "--budget and --top-k > 1 exclude"),
+    (["compile", "--model", "resnet50", "--budget", "4", "--top-k", "2"], "--budget or --time-budget and --top-k > 1"),
+    (["compile", "--model", "resnet50", "--time-budget", "-5"], "--time-budget must be >= 0 seconds, got -5"),
     (["compile", "--model", "resnet50", "--top-k", "0"], "--top-k must be between 1 and 64"),
     (["compile", "--module", "nomodule"], "is not PKG.MOD:FACTORY"),
     (["compile", "--model", "resnet50", "--small", "--tlm-model", "nope"], "unknown model 'nope'"),

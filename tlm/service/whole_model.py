@@ -145,11 +145,14 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
 BUDGET_BATCH = 4
 
 
-def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Source, budget: int, *,
-                 batch: int = BUDGET_BATCH, on_records: Callable[[list], None] | None = None,
+def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Source, budget: int | None, *,
+                 seconds: float | None = None, batch: int = BUDGET_BATCH,
+                 on_records: Callable[[list], None] | None = None,
                  progress: Callable[[TaskSchedule, int], None] | None = None) -> int:
-    """Spend up to ``budget`` measurements where the whole model gains most, in place on
-    ``schedules`` (:func:`schedule_tasks`'s answer at ``top_k=1``); the measurements spent.
+    """Spend up to ``budget`` measurements (None: no count) and up to ``seconds`` of wall time
+    (None: no limit; a batch starts only while time is left, so the last one may end past it)
+    where the whole model gains most, in place on ``schedules`` (:func:`schedule_tasks`'s answer
+    at ``top_k=1``); the measurements spent.
 
     Step by step, the task with the most expected time left gets the next ``batch`` of its
     ranked candidates measured (the source asked for ``k`` more each time; deterministic, so
@@ -161,11 +164,13 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
     from tlm.service.api import ApiError
     from tlm.service.generator import MAX_K
 
+    if budget is None and seconds is None:
+        raise ValueError("spend_budget needs a count of measurements, a time limit or both")
     live = [ts for ts in schedules if ts.trace is not None and ts.source == "model"]
     asked = {id(ts): 0 for ts in live}  # candidates measured so far per task
     damp = {id(ts): 1.0 for ts in live}
-    spent = 0
-    while spent < budget:
+    spent, end = 0, None if seconds is None else time.monotonic() + seconds
+    while (budget is None or spent < budget) and (end is None or time.monotonic() < end):
         measured = [ts for ts in live if ts.latency_s]
         rate = sorted(ts.latency_s / ts.task.flops for ts in measured if ts.task.flops)
         per_flop = rate[len(rate) // 2] if rate else 1.0
@@ -179,7 +184,7 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
             break
         ts = max(open_, key=expected)
         lo = asked[id(ts)]
-        hi = min(MAX_K, lo + min(batch, budget - spent))
+        hi = min(MAX_K, lo + (batch if budget is None else min(batch, budget - spent)))
         try:
             choice = source(ts.task, hi)
         except (ValueError, ApiError) as exc:
