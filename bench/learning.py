@@ -82,11 +82,27 @@ def teacher(hardware: Any, *, corpus_dir: str | None, n: int, trials: int = 256)
             "pool_health": health_of([p["modes"] for p in modes["programs"]], [p["speed"] for p in modes["programs"]])}
 
 
-def student(hardware: Any, model_dir: str, *, corpus_dir: str | None, n: int, trials: int = 256) -> dict:
-    """The student on its *training* workloads (fit before generalization): the model's greedy
-    and ranked top-1 on the fixed training sample, re-measured beside the teacher's best program
-    (the corpus's fastest record) and MetaSchedule@256, in one call per workload."""
-    from bench.references import reference_search
+def heldout_sample(hardware: Any, corpus_dir: str | None, n: int) -> tuple[list, dict]:
+    """The ``n`` heaviest held-out workloads (``bench.judging.judging_set``: models never trained on)
+    of a searched kind that the corpus measured on this key, and their fastest records: the student
+    generalizing, judged against the same kind of teacher (the corpus's best, a 64-trial search) as
+    on its training workloads. Rounds collect training workloads only, so the sample stays put."""
+    from bench.judging import CORPUS, SEARCHED_KINDS, judging_set
+    from storage import Corpus
+
+    tasks = [t for t in judging_set(hardware, corpus_dir=corpus_dir, outside=False) if t.op_kind in SEARCHED_KINDS]
+    with Corpus.open(corpus_dir or CORPUS) as corpus:
+        best = corpus.best_records([t.workload_key for t in tasks], hardware.key)
+    return [t for t in tasks if t.workload_key in best][:n], best
+
+
+def student(hardware: Any, model_dir: str, *, corpus_dir: str | None, n: int, trials: int = 256,
+            heldout: bool = False) -> dict:
+    """The student on its *training* workloads (fit before generalization), or with ``heldout`` on
+    held-out ones (:func:`heldout_sample`): the model's greedy and ranked top-1, re-measured beside
+    the teacher's best program (the corpus's fastest record) and MetaSchedule@256 (on held-out
+    workloads only where its search is cached), in one call per workload."""
+    from bench.references import cache_path, reference_search
     from collectors.judge import Method
     from collectors.tir import schedule_of
     from tlm.model.network import load_model
@@ -95,14 +111,15 @@ def student(hardware: Any, model_dir: str, *, corpus_dir: str | None, n: int, tr
 
     model, tok, _ = load_model(model_dir)
     ranker, ranked_by = ranker_for(model_dir, hardware.key)
-    tasks, best = _sample(hardware, corpus_dir, n)
+    tasks, best = heldout_sample(hardware, corpus_dir, n) if heldout else _sample(hardware, corpus_dir, n)
     ms = f"ms_{trials}"
     rows = []
     for t in tasks:
         g = generate(t, hardware, model, tok, k=1)
         methods = {"tlm_top1": Method([g.candidates[0].schedule], g.generate_s + g.check_s),
-                   "corpus_best": Method([schedule_of(t.mod, best[t.workload_key]["trace_json"])], 0.0),
-                   ms: reference_search(t, hardware, trials).methods[ms]}
+                   "corpus_best": Method([schedule_of(t.mod, best[t.workload_key]["trace_json"])], 0.0)}
+        if not heldout or os.path.exists(cache_path(t.workload_key, hardware.key, trials, 0)):
+            methods[ms] = reference_search(t, hardware, trials).methods[ms]
         if ranker is not None:
             gr = generate(t, hardware, model, tok, k=1, ranker=ranker)
             methods["tlm_ranked_top1"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s + gr.rank_s)
@@ -122,6 +139,8 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="student: the model directory")
     ap.add_argument("--corpus", default=None)
     ap.add_argument("--tasks", type=int, default=16)
+    ap.add_argument("--set", choices=("train", "heldout"), default="train",
+                    help="student: its training sample (student_train) or held-out workloads (student_heldout)")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--if-missing", action="store_true",
                     help="judge only when --out has no entry of this round on this key yet (a resumed round)")
@@ -134,7 +153,7 @@ def main() -> None:
 
     hw = detect_hardware("cpu")
     res = json.load(open(args.out)) if os.path.exists(args.out) else {}
-    section = "teacher" if args.what == "teacher" else "student_train"
+    section = "teacher" if args.what == "teacher" else f"student_{args.set}"
     if args.if_missing and str(args.round) in res.get(section, {}).get(hw.key, {}):
         print(f"{section} of round {args.round} on {hw.key} is in {args.out} already: not judged again")
         return
@@ -144,7 +163,7 @@ def main() -> None:
         entry = teacher(hw, corpus_dir=args.corpus, n=args.tasks)
         pin_sample(hw.key, training_sample(hw.key, corpus_dir=args.corpus, n=args.tasks))
     else:
-        entry = student(hw, args.model, corpus_dir=args.corpus, n=args.tasks)
+        entry = student(hw, args.model, corpus_dir=args.corpus, n=args.tasks, heldout=args.set == "heldout")
     entry.update(machine=machine(hw), wall_s=round(time.time() - t0), corpus=args.corpus or "data/corpus")
     res.setdefault(section, {}).setdefault(hw.key, {})[str(args.round)] = entry
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -167,15 +186,19 @@ def report_md(res: dict) -> str:
         for rnd, e in sorted(rounds.items(), key=lambda kv: int(kv[0])):
             lines.append(f"| {key} | {rnd} | {e['workloads']} | {f(e['corpus_best_vs_ms_256'])} | "
                          f"{f(e['ms_64_vs_ms_256'])} | {f(e['rules_vs_ms_256'])} | {e['pool_health']['any']:.0%} |")
-    if res.get("student_train"):
-        lines += ["", "The student on its training workloads (the same sample; fit before generalization):", "",
-                  "| key | round | model (ranked by) | top-1 vs teacher | ranked top-1 vs teacher | top-1 vs MS@256 | "
-                  "ranked top-1 vs MS@256 |", "|---|---:|---|---:|---:|---:|---:|"]
-        for key, rounds in res["student_train"].items():
+    for section, what in (("student_train", "on its training workloads (the same sample; fit before generalization)"),
+                          ("student_heldout", "on held-out workloads (the heaviest the corpus measured; MS@256 where "
+                                              "its search is cached)")):
+        if not res.get(section):
+            continue
+        lines += ["", f"The student {what}:", "",
+                  "| key | round | workloads | model (ranked by) | top-1 vs teacher | ranked top-1 vs teacher | "
+                  "top-1 vs MS@256 | ranked top-1 vs MS@256 |", "|---|---:|---:|---|---:|---:|---:|---:|"]
+        for key, rounds in res[section].items():
             for rnd, e in sorted(rounds.items(), key=lambda kv: int(kv[0])):
-                lines.append(f"| {key} | {rnd} | {e['model']} ({e['ranked_by']}) | {f(e['top1_vs_teacher'])} | "
-                             f"{f(e['ranked_top1_vs_teacher'])} | {f(e['top1_vs_ms_256'])} | "
-                             f"{f(e['ranked_top1_vs_ms_256'])} |")
+                lines.append(f"| {key} | {rnd} | {e['workloads']} | {e['model']} ({e['ranked_by']}) | "
+                             f"{f(e['top1_vs_teacher'])} | {f(e['ranked_top1_vs_teacher'])} | "
+                             f"{f(e['top1_vs_ms_256'])} | {f(e['ranked_top1_vs_ms_256'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -104,7 +104,20 @@ def test_the_teacher_figure_needs_its_references_and_says_how_to_get_them(znver4
     md = report_md({"teacher": {"cpu-x-2c": {"0": {"workloads": 16, "corpus_best_vs_ms_256": 0.8, "ms_64_vs_ms_256":
                                                    0.77, "rules_vs_ms_256": None, "pool_health": {"any": 0.49}}}},
                     "student_train": {"cpu-x-2c": {"0": {"model": "m", "ranked_by": "its own", "top1_vs_teacher": 0.3,
+                                                         "workloads": 16,
                                                          "ranked_top1_vs_teacher": 0.5, "top1_vs_ms_256": 0.25,
                                                          "ranked_top1_vs_ms_256": None}}}})
     assert "| cpu-x-2c | 0 | 16 | 0.80x | 0.77x | - | 49% |" in md
-    assert "| cpu-x-2c | 0 | m (its own) | 0.30x | 0.50x | 0.25x | - |" in md
+    assert "| cpu-x-2c | 0 | 16 | m (its own) | 0.30x | 0.50x | 0.25x | - |" in md
+
+
+def test_the_held_out_sample_is_the_heaviest_held_out_workloads_the_corpus_measured(znver4_hw):
+    from bench.judging import SEARCHED_KINDS
+    from bench.learning import heldout_sample
+    from collectors.tasks import heaviest_first
+    from collectors.zoo import HELD_OUT_MODELS
+
+    tasks, best = heldout_sample(znver4_hw, None, 3)
+    assert len(tasks) == 3 and tasks == sorted(tasks, key=heaviest_first)
+    assert all(t.op_kind in SEARCHED_KINDS and set(t.weights) <= set(HELD_OUT_MODELS) for t in tasks)
+    assert all(best[t.workload_key]["latency_s"] > 0 for t in tasks)
