@@ -18,7 +18,18 @@ row (label 1.0: the corpus's fastest record of that sketch). Per model:
   best programs differ (no model fits both); ``greedy_twins``: sketches whose greedy program is
   another sketch's.
 
-Writes JSON (``--out``; default ``bench/results/fit.json``, one entry per model, replaced when judged again).
+Writes JSON (``--out``; default ``bench/results/fit.json``, one entry per model and split, replaced
+when judged again). The recipes of ``bench/results/fit.json`` (issue 32, item 3; Zen 3)::
+
+    tlm dataset build --corpus data/corpus --out work/fit/top4 --per-sketch 0 --top-k 4 --hardware cpu-znver3-2c
+    tlm dataset build --corpus data/corpus --out work/fit/top1 --per-sketch 0 --top-k 1 --hardware cpu-znver3-2c
+    tlm train --stage finetune --hardware cpu-znver3-2c --base models/tlm-small-pretrain --workers 2 \
+        --dataset work/fit/top4 --epochs 4 --lr 3e-4 --out work/fit/models --name A-top4-e4 --no-register  # shipped recipe
+    tlm train ... --dataset work/fit/top1 --epochs 64 --lr 1e-3 --name C-top1-e64             # the best only, fitted
+    python -m bench.studies.fit --dataset work/fit/top4 [--split test] --model work/fit/models/A-top4-e4 ...
+    python -m bench.learning student [--set heldout --tasks 8] --model work/fit/models/C-top1-e64 --out F.json  # measured
+
+(``bench/results/fit_students.json`` holds those measured judgements.)
 """
 from __future__ import annotations
 
