@@ -39,7 +39,7 @@ META_FILE = "cost_model.json"
 #: The cost MetaSchedule gives a failed candidate (its ``_mean_cost``): ratio to the best ~ 0.
 FAILED_COST = 1e10
 #: The training objectives a cost model can have (``CostModelConfig.objective``).
-OBJECTIVES = ("metaschedule", "pairwise")
+OBJECTIVES = ("metaschedule", "pairwise", "mlp")
 
 
 @dataclass
@@ -59,9 +59,12 @@ class CostModelConfig:
     #: each record weighted by that ratio, so slow programs barely count) or "pairwise" (within
     #: each workload, every pair of records ordered, each pair weighted by the gap between their
     #: speeds: a slow program scored above a fast one costs the most, which is what ranking a
-    #: model's pool, slow samples among them, needs)
+    #: model's pool, slow samples among them, needs) or "mlp" (MetaSchedule's MLP ranker: its
+    #: SegmentSumMLP on the same features with its LambdaRank loss, ``collectors.mlp_cost_model``;
+    #: the booster is then MetaSchedule's, kept for the format and for a seeded search)
     objective: str = "metaschedule"
     rounds: int = 300  # boosting rounds of the "pairwise" objective (metaschedule stops on its own)
+    epochs: int = 50  # training epochs of the "mlp" objective (MetaSchedule's num_epoch_full)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -83,11 +86,14 @@ class FitSummary:
 
 class CostModel:
     """MetaSchedule's XGBModel trained on a corpus for one hardware key; ``predict`` gives each
-    schedule of a task a score, higher is faster (an estimate of best latency / its latency)."""
+    schedule of a task a score, higher is faster (an estimate of best latency / its latency).
+    With the "mlp" objective, ``mlp`` (an ``MLPRanker``) scores instead, and ``xgb`` holds the
+    records (and a booster for a search) as for the other objectives."""
 
     def __init__(self, xgb: Any, config: CostModelConfig, summary: FitSummary | None = None,
-                 held_out: dict | None = None) -> None:
+                 held_out: dict | None = None, mlp: Any = None) -> None:
         self.xgb = xgb
+        self.mlp = mlp
         self.config = config
         self.summary = summary or FitSummary()
         self.held_out = held_out or {}  # the held-out models and :func:`evaluate` on their workloads
@@ -112,11 +118,11 @@ class CostModel:
         if not xgb.data:
             raise ValueError(f"the corpus holds no usable record of {config.hardware_key} to train a cost model on")
         t1 = time.perf_counter()
-        _train_on_groups(xgb, config)
+        mlp = _train_on_groups(xgb, config)
         summary.train_s = time.perf_counter() - t1
         logger.info("cost model of %s: %d records of %d workloads, features %.0f s, training %.0f s",
                     config.hardware_key, summary.records, summary.workloads, summary.features_s, summary.train_s)
-        return cls(xgb, config, summary)
+        return cls(xgb, config, summary, mlp=mlp)
 
     # -- use -----------------------------------------------------------------------------------
     def predict(self, task: Task, hardware: Hardware, schedules: Sequence[Any]) -> np.ndarray:
@@ -130,6 +136,8 @@ class CostModel:
         features are computed once and scored by several models (``bench/studies/rankers.py``)."""
         if not len(features):
             return np.zeros(0)
+        if self.mlp is not None:
+            return self.mlp.score(list(features))
         return self.xgb._predict(list(features)).astype("float64")  # noqa: SLF001 - predict() wants a TuneContext per call
 
     def refit(self, **changes: Any) -> "CostModel":
@@ -139,8 +147,9 @@ class CostModel:
         replaying a record. This one is left as it is."""
         config = replace(self.config, **changes)
         xgb = self.search_model()
-        _train_on_groups(xgb, config)
-        return CostModel(xgb, config, replace(self.summary), self.held_out)
+        t0 = time.perf_counter()
+        mlp = _train_on_groups(xgb, config)
+        return CostModel(xgb, config, replace(self.summary, train_s=time.perf_counter() - t0), self.held_out, mlp)
 
     def search_model(self) -> Any:
         """A copy of the MetaSchedule XGBModel for a search to use and update (this one is left
@@ -158,12 +167,17 @@ class CostModel:
     # -- files ----------------------------------------------------------------------------------
     def save(self, directory: str) -> str:
         """Write ``cost_model.tar`` (MetaSchedule's format) and ``cost_model.json`` (config and
-        summary) into ``directory``; returns the tar's path."""
+        summary) into ``directory``, and the MLP's weights (``cost_model_mlp.safetensors``) for
+        the "mlp" objective; returns the tar's path."""
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, COST_MODEL_FILE)
         with warnings.catch_warnings():  # XGBoost's note that a ".bin" name is saved as UBJSON
             warnings.simplefilter("ignore", UserWarning)
             self.xgb.save(path)
+        if self.mlp is not None:
+            from collectors.mlp_cost_model import MLP_FILE
+
+            self.mlp.save(os.path.join(directory, MLP_FILE))
         with open(os.path.join(directory, META_FILE), "w") as f:
             json.dump({"config": asdict(self.config), "summary": asdict(self.summary), "held_out": self.held_out},
                       f, indent=2)
@@ -187,7 +201,12 @@ class CostModel:
         with warnings.catch_warnings():  # ... and read back as UBJSON
             warnings.simplefilter("ignore", UserWarning)
             xgb.load(path)
-        return cls(xgb, CostModelConfig(**cfg), FitSummary(**meta.get("summary", {})), meta.get("held_out"))
+        config, mlp = CostModelConfig(**cfg), None
+        if config.objective == "mlp":
+            from collectors.mlp_cost_model import MLP_FILE, MLPRanker
+
+            mlp = MLPRanker.load(os.path.join(directory, MLP_FILE))
+        return cls(xgb, config, FitSummary(**meta.get("summary", {})), meta.get("held_out"), mlp)
 
 
 def evaluate(cost_model: CostModel, corpus: Any, hardware: Hardware, workloads: Sequence[str], *,
@@ -241,21 +260,29 @@ def features_of(task: Task, hardware: Hardware, schedules: Sequence[Any]) -> lis
     return [x.numpy().astype("float32") for x in extractor.extract_from(ctx, cands)]
 
 
-def _train_on_groups(xgb: Any, config: CostModelConfig) -> None:
+def _train_on_groups(xgb: Any, config: CostModelConfig) -> Any:
     """Train the booster once on every group, with the normalisation ``XGBModel.update`` uses
     (group min cost / cost). ``update`` takes one task's candidates at a time and retrains on
-    each call; a corpus has hundreds of tasks, so the groups are filled first and trained once."""
+    each call; a corpus has hundreds of tasks, so the groups are filled first and trained once.
+    For "mlp", also MetaSchedule's MLP on the same groups and targets, returned (else None): the
+    booster (MetaSchedule's loss, seconds) still goes in ``cost_model.tar``, whose loader fails on
+    a tar without one, and is what a seeded search updates."""
     groups = list(xgb.data.values())
     feats = [f for g in groups for f in g.features]
     with np.errstate(divide="ignore", invalid="ignore"):
         ys = np.concatenate([np.divide(g.min_cost, g.costs, out=np.zeros_like(g.costs), where=g.costs != 0)
                              for g in groups])
+    sizes = np.asarray([len(g.features) for g in groups])
     if config.objective == "pairwise":
-        sizes = np.asarray([len(g.features) for g in groups])
         xgb.booster = _train_pairwise(xgb.config.to_dict(), feats, ys, sizes, config.rounds)
     else:
         xgb._train(xs=feats, ys=ys)  # noqa: SLF001 - XGBModel has no public bulk fit
     xgb.last_train_size = xgb.data_size
+    if config.objective != "mlp":
+        return None
+    from collectors.mlp_cost_model import MLPRanker
+
+    return MLPRanker.fit(feats, ys, sizes, seed=config.seed, epochs=config.epochs)
 
 
 def _train_pairwise(params: dict, feats: list[np.ndarray], ys: np.ndarray, sizes: np.ndarray, rounds: int) -> Any:

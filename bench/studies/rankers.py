@@ -1,16 +1,20 @@
 """Which ranking of a measured pool picks the best top-1: judged without measuring again.
 
-    .venv/bin/python -m bench.studies.rankers --pools POOLS.json --cost-model DIR [--objective pairwise ...]
+    .venv/bin/python -m bench.studies.rankers --pools POOLS.json --cost-model DIR [--objective pairwise|mlp ...]
 
 ``bench/studies/pools.py`` measures every program of the model's pools on the held-out tasks (each
 against MetaSchedule@256's schedule in the same call) and keeps them all in its JSON
 (``candidates``). This replays each program from its sentence, computes its features once, and
 scores it with every ranking asked for: the likelihood, the cost model of ``--cost-model``, and
 that cost model's own training data (the feature groups its ``cost_model.tar`` stores) refitted
-with each ``--objective`` (``collectors.cost_model.OBJECTIVES``). Per ranking: the speed of its
+with each ``--objective`` (``collectors.cost_model.OBJECTIVES``: ``metaschedule`` and ``pairwise``
+boosters, or ``mlp``, MetaSchedule's own SegmentSumMLP with its LambdaRank loss on the same
+features, ``--epochs`` of it). Per ranking: the speed of its
 top-1 and of the best of its top-4 / top-10 relative to MS@256 (geomean over tasks), beside the
 fastest program of the pool (a perfect ranker). It is how a cost model objective is chosen
-before a ``bench/quality.py`` run confirms it. Writes JSON (``--out``).
+before a ``bench/quality.py`` run confirms it. Writes JSON (``--out``). Nothing is run: the
+programs are replayed and their features computed for the target of the key the pools were
+measured on (the corpus's row of it), so any host can judge any key's pools.
 """
 from __future__ import annotations
 
@@ -61,6 +65,18 @@ def measured_pools(path: str, pool: str, hw: Any, corpus_dir: str | None = None)
             yield MeasuredPool(name, task, cands, feats, speeds)
 
 
+def pools_hardware(path: str, corpus_dir: str) -> Any:
+    """The hardware the pools JSON at ``path`` was measured on, from the corpus's row of its key:
+    features depend on the target (vector width, cores), not on the host computing them."""
+    from collectors.hardware import hardware_for_key
+    from storage import Corpus
+
+    with open(path) as f:
+        key = json.load(f)["hardware"]
+    with Corpus.open(corpus_dir) as corpus:
+        return hardware_for_key(key, corpus.hardware_info(key))
+
+
 def picks(scores: np.ndarray, speeds: np.ndarray, ks: tuple[int, ...] = (1, 4, 10)) -> dict[str, float]:
     """Speed of the best of the top-k programs by ``scores`` (higher first; a failed program's
     speed is 0), for each k; ties are broken by pool order."""
@@ -102,21 +118,21 @@ def main() -> None:
     ap.add_argument("--cost-model", required=True, help="the cost model directory the pools were scored with")
     ap.add_argument("--objective", action="append", default=[], help="refit its feature groups with this objective")
     ap.add_argument("--rounds", type=int, default=300, help="boosting rounds of a refitted objective")
+    ap.add_argument("--epochs", type=int, default=50, help="training epochs of a refitted mlp objective")
     ap.add_argument("--corpus", default=CORPUS)
     ap.add_argument("--out", default=os.path.join(RESULTS, "rankers.json"))
     args = ap.parse_args()
 
     import collectors.fast_import as fast_import
     from collectors.cost_model import CostModel
-    from collectors.hardware import detect_hardware
 
     fast_import.install()
-    hw = detect_hardware("cpu")
+    hw = pools_hardware(args.pools, args.corpus)
     base = CostModel.load(args.cost_model)
     models: dict[str, Any] = {"cost_model": base}
     for obj in args.objective:
         t0 = time.time()
-        models[obj] = base.refit(objective=obj, rounds=args.rounds)
+        models[obj] = base.refit(objective=obj, rounds=args.rounds, epochs=args.epochs)
         print(f"refit {obj}: {time.time() - t0:.0f} s", flush=True)
     rows = []
     for p in measured_pools(args.pools, args.pool, hw, args.corpus):

@@ -1,7 +1,7 @@
 """``tlm cost-model``: train the cost model of a hardware key on a corpus, and judge it.
 
     tlm cost-model fit --hardware KEY --out DIR [--held-out M1,M2|none] [--also-from KEY,...|all]
-                       [--objective metaschedule|pairwise] [--corpus DIR]
+                       [--objective metaschedule|pairwise|mlp] [--corpus DIR]
 
 Trains MetaSchedule's XGBoost cost model on every record of ``KEY`` (``collectors.cost_model``),
 leaving out every workload of the held-out models (the same rule as ``tlm dataset build``), and
@@ -11,7 +11,9 @@ tlm-seeded`` searches with it. ``--also-from`` adds other keys' records (each ke
 compared within its own measurements of a workload): what a key with a small slice borrows from
 CPUs measured at length. ``--objective pairwise`` learns the order of each workload's records
 with every pair weighted by their speed gap, instead of MetaSchedule's loss, which weights a
-record by its speed and so hardly learns what makes a slow program slow. Then, on the held-out workloads' measured records, it prints how
+record by its speed and so hardly learns what makes a slow program slow; ``--objective mlp`` ranks
+with MetaSchedule's own MLP (SegmentSumMLP, LambdaRank loss) on the same features, its weights
+saved beside the tar (``cost_model_mlp.safetensors``). Then, on the held-out workloads' measured records, it prints how
 well it ranks them (Spearman; the speed of its top-1 and best of top-5 relative to the best).
 """
 from __future__ import annotations
@@ -38,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated other hardware keys whose records train it too, or 'all' "
                         "(every other key of the corpus); default: this key's records only")
     f.add_argument("--objective", default="metaschedule",
-                   help="what the booster learns: metaschedule (default: MetaSchedule's own loss) or pairwise")
+                   help="what ranks: metaschedule (default: the booster with MetaSchedule's own loss), pairwise "
+                        "(the booster on ordered pairs) or mlp (MetaSchedule's SegmentSumMLP, LambdaRank loss)")
     f.add_argument("--max-per-workload", type=int, default=0, metavar="N",
                    help="at most N records per workload (default 0: every record)")
     f.set_defaults(func=run_fit)

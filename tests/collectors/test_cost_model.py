@@ -198,3 +198,29 @@ def test_refit_learns_another_objective_from_its_own_groups_and_leaves_itself_al
     assert np.allclose(other.score(feats), other.predict(tasks["matmul"], znver4_hw, schedules))
     assert not np.allclose(other.score(feats), before)
     assert spearman(other.score(feats), -lat) > 0.5
+
+
+def test_mlp_objective_ranks_is_deterministic_and_round_trips_through_its_directory(trained, znver4_hw, tmp_path):
+    """MetaSchedule's MLP ranker (issue 32, item 7) on the same records: it learns the matmul's
+    order, the same seed gives the same scores, and save/load gives identical predictions."""
+    from collectors.cost_model import spearman
+    from collectors.mlp_cost_model import MLP_FILE
+
+    base, corpus, tasks = trained
+    config = CostModelConfig(hardware_key=znver4_hw.key, objective="mlp", epochs=100)
+    model = CostModel.fit(corpus, znver4_hw, config)
+    schedules, lat = _records(corpus, tasks["matmul"], znver4_hw)
+    scores = model.predict(tasks["matmul"], znver4_hw, schedules)
+    assert scores.shape == (len(schedules),) and scores.dtype == np.float64
+    assert spearman(scores, -lat) > 0.5  # higher is faster
+    # the same records and seed give the same model, fitted anew or refitted from the XGB model's groups
+    assert np.array_equal(base.refit(objective="mlp", epochs=100).predict(tasks["matmul"], znver4_hw, schedules),
+                          scores)
+    # one program alone scores as it does in its pool (one divisor, fixed at training)
+    assert np.allclose(model.predict(tasks["matmul"], znver4_hw, schedules[:1]), scores[:1])
+    model.save(str(tmp_path))
+    assert (tmp_path / MLP_FILE).exists()
+    again = CostModel.load(str(tmp_path))
+    assert again.config == model.config and again.mlp is not None
+    assert np.array_equal(again.predict(tasks["matmul"], znver4_hw, schedules), scores)
+    assert model.search_model().booster is not None  # a seeded search still gets MetaSchedule's XGBModel
