@@ -88,6 +88,30 @@ def time_torch(module: Any, args: Sequence[Any], *, threads: int, warmup: int = 
     return float(statistics.median(times))
 
 
+def time_torch_compile(module: Any, args: Sequence[Any], threads: int) -> tuple[float, float]:
+    """``(latency, compile seconds)`` of ``torch.compile(module)`` (inductor; the first call
+    compiles, so its time is the compile time)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    compiled = torch.compile(module)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        compiled(*args)
+    compile_s = time.perf_counter() - t0
+    return time_torch(compiled, args, threads=threads), compile_s
+
+
+def check_against_torch(executable: Any, module: Any, args: Sequence[Any],
+                        hardware: Hardware | None = None) -> tuple[float, bool]:
+    """``(max abs error, correct)`` of a compiled model's output against the PyTorch module's on
+    ``args``: one tolerance for every whole-model build (rtol 1e-3, atol 1e-4)."""
+    import numpy as np
+
+    got, want = run_model(executable, args, hardware), torch_output(module, args)
+    return float(np.max(np.abs(got - want))), bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+
+
 def torch_output(module: Any, args: Sequence[Any]) -> Any:
     """The PyTorch module's output as a numpy array (first of a tuple, ``.logits`` of an HF output)."""
     import torch

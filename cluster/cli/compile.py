@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hardware", default=None, metavar="KEY", help="hardware key (default: this machine's)")
     p.add_argument("--top-k", type=int, default=1, metavar="K",
                    help="1: the model's top-1, unmeasured (default); K > 1: the fastest of K measured candidates")
-    p.add_argument("--tlm-model", default=None, metavar="ID|DIR", help="the model (default: the hardware's)")
+    p.add_argument("--tlm-model", default=None, metavar="ID|DIR", help="the model (default: the hardware's own, else the nearest one, as the server picks)")
     p.add_argument("--endpoint", default=None, metavar="URL", help="ask a running `tlm serve` instead of loading a model")
     p.add_argument("--no-rank", action="store_true", help="rank by likelihood alone, even when the model ships a cost "
                    "model (faster: no pool of samples per task)")
@@ -98,7 +98,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
 
     from rich.console import Console
 
-    from collectors.compile import compile_model
+    from collectors.compile import check_against_torch, compile_model
     from collectors.tasks import extract_tasks, import_relax
     from tlm.service.whole_model import database_of
 
@@ -124,7 +124,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
     times["build_s"] = time.perf_counter() - t1
     times["total_s"] = time.perf_counter() - t0
-    err, correct = _check_against_torch(tuned, module, example, hw)
+    err, correct = check_against_torch(tuned, module, example, hw)
     console.print("timing: TLM build, untuned build, PyTorch eager" + ("" if args.no_torch_compile else ", torch.compile"))
     lat, untuned = _latencies(args, hw, tuned, relax_mod, module, example, times, root)
     # never ship slower than doing nothing: TVM's untuned build when the served one measured slower
@@ -138,6 +138,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
         console.print(f"wrote {args.out} ({'served schedules' if shipped == 'tlm' else 'the untuned build'})")
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
+        "model_fallback": getattr(args, "model_fallback", None),
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
         "budget": args.budget, "time_budget_s": args.time_budget, "measurements": getattr(args, "measurements", 0),
         "from_corpus": sum(1 for c in chosen if c.source == "corpus"),
@@ -196,7 +197,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
 
         corpus = Corpus.open(root, index_url=index_url(args))
     try:
-        source, model_id = _source(args, hw, corpus, tasks)
+        source, model_id = _source(args, hw, corpus, tasks, console)
         on_records = corpus.append if corpus is not None and (args.top_k > 1 or _anytime(args)) else None
         if on_records is not None:
             from collectors.tasks import register_tasks
@@ -242,22 +243,12 @@ def _anytime(args: argparse.Namespace) -> bool:
     return bool(args.budget or args.time_budget)
 
 
-def _check_against_torch(built: Any, module: Any, example: tuple, hw: Any) -> tuple[float, bool]:
-    """``(max abs error, correct)`` of the built model's output against PyTorch's on the example."""
-    import numpy as np
-
-    from collectors.compile import run_model, torch_output
-
-    got, want = run_model(built, example, hw), torch_output(module, example)
-    return float(np.max(np.abs(got - want))), bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
-
-
 def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, module: Any, example: tuple,
                times: dict[str, float], root: str | None) -> tuple[dict[str, float], Any]:
     """The TLM build's latency beside the untuned build's, PyTorch eager's, and (when asked)
     ``torch.compile``'s and the corpus best's; their build times go into ``times``. Also the
     untuned build (shipped instead when it is the faster)."""
-    from collectors.compile import compile_model, time_model, time_torch
+    from collectors.compile import compile_model, time_model, time_torch, time_torch_compile
 
     lat = {"tlm_s": time_model(tuned, example, hw)}
     t2 = time.perf_counter()
@@ -266,7 +257,7 @@ def _latencies(args: argparse.Namespace, hw: Any, tuned: Any, relax_mod: Any, mo
     lat["untuned_s"] = time_model(untuned, example, hw)
     lat["torch_eager_s"] = time_torch(module, example, threads=hw.cores)
     if not args.no_torch_compile:
-        lat["torch_compile_s"], times["torch_compile_s"] = _time_torch_compile(module, example, hw.cores)
+        lat["torch_compile_s"], times["torch_compile_s"] = time_torch_compile(module, example, hw.cores)
     if args.corpus_best:
         lat["corpus_best_s"], times["corpus_best_build_s"], times["corpus_best_tasks"] = \
             _time_corpus_best(root, args, hw, relax_mod, example)
@@ -304,10 +295,12 @@ def _hardware(args: argparse.Namespace, root: str | None) -> Any:
     return hw
 
 
-def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list) -> tuple[Any, str]:
+def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list, console: Any) -> tuple[Any, str]:
     """The schedule source the options ask for and the model id it names (or the endpoint); a
-    model loaded here ranks each task's pool sized by the task's weight in the model."""
-    from tlm.service.catalog import model_for, ranker_for, resolve_model
+    model loaded here ranks each task's pool sized by the task's weight in the model. Without
+    ``--tlm-model``, the model the server would pick (``catalog.serving_model``): on a key with no
+    model of its own, the nearest one, said (``args.model_fallback``)."""
+    from tlm.service.catalog import ranker_for, resolve_model, serving_model
     from tlm.model.network import load_model
     from tlm.service.whole_model import endpoint_source, local_source, weighted_pools
 
@@ -315,7 +308,14 @@ def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list) -> tupl
         return (endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN"), rank=not args.no_rank,
                                 pools=weighted_pools(tasks)),
                 f"endpoint {args.endpoint}")
-    entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hw.key, corpus)
+    if args.tlm_model:
+        entry = resolve_model(args.tlm_model, corpus)
+    else:  # as the server answers: the key's own model, else the nearest one (a fallback, said)
+        serving = serving_model(hw, corpus)
+        entry = serving.entry
+        if serving.fallback:
+            args.model_fallback = serving.why
+            console.print(f"[yellow]{serving.why}[/yellow]")
     model, tokenizer, _ = load_model(entry.path)
     ranker = None if args.no_rank else ranker_for(entry.path, hw.key)[0]
     return local_source(hw, model, tokenizer, entry.model_id, ranker, weighted_pools(tasks)), entry.model_id
@@ -362,21 +362,6 @@ def _time_corpus_best(root: str, args: argparse.Namespace, hw: Any, relax_mod: A
         built = compile_model(relax_mod, hw, ms.database.JSONDatabase(work_dir=d))
         build_s = time.perf_counter() - t0
     return time_model(built, example, hw), build_s, rep.workloads
-
-
-def _time_torch_compile(module: Any, example: tuple, threads: int) -> tuple[float, float]:
-    """``(latency, compile seconds)`` of ``torch.compile(module)`` (inductor; first call compiles)."""
-    import torch
-
-    from collectors.compile import time_torch
-
-    torch.set_num_threads(threads)
-    compiled = torch.compile(module)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        compiled(*example)
-    compile_s = time.perf_counter() - t0
-    return time_torch(compiled, example, threads=threads), compile_s
 
 
 def _print(report: dict, *, stream: Any) -> None:

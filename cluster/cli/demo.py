@@ -369,16 +369,13 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: b
     """Build the whole model with the server's top-1 schedules and time it beside the untuned
     build and PyTorch eager; with ``ranked``, also with the greedy programs (``rank: false``),
     side by side: which answer makes the faster model is measured, not assumed."""
-    import numpy as np
-
-    from collectors.compile import compile_model, run_model, time_model, time_torch, torch_output
+    from collectors.compile import check_against_torch, compile_model, time_model, time_torch
     from collectors.tasks import import_relax
     from collectors.zoo import build_model
     from tlm.service.whole_model import database_of, endpoint_source, schedule_tasks, weighted_pools
 
     module, example = build_model(model, **zoo)
     relax_mod = import_relax(module, example)
-    want = torch_output(module, example)
     from rich.progress import Progress
 
     out: dict[str, Any] = {"tasks": len(tasks), "ranked": ranked, "correct": True, "latency": {}}
@@ -392,12 +389,11 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: b
         t1 = time.perf_counter()
         tuned = compile_model(relax_mod, hw, database_of(chosen, hw))
         build_s = time.perf_counter() - t1
-        got = run_model(tuned, example, hw)
-        correct = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+        err, correct = check_against_torch(tuned, module, example, hw)
         scheduled = sum(1 for c in chosen if c.trace is not None)
         print(f"{model}: {scheduled}/{len(tasks)} tasks scheduled over HTTP ({'ranked' if rank else 'greedy'}) in "
               f"{gen_s:.1f} s, built in {build_s:.1f} s; output vs PyTorch {'ok' if correct else 'MISMATCH'} "
-              f"(max abs err {float(np.max(np.abs(got - want))):.1e})")
+              f"(max abs err {err:.1e})")
         out["correct"] &= correct
         out.setdefault("scheduled", scheduled)
         out[f"{name}_generate_s"], out[f"{name}_build_s"] = gen_s, build_s

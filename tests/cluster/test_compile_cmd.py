@@ -118,6 +118,24 @@ def test_an_anytime_budget_measures_where_the_model_gains_most_and_the_next_comp
     assert heaviest["task"] in {t["task"] for t in timed["per_task"] if t["latency_s"]}
 
 
+@pytest.mark.slow
+def test_compile_on_a_key_without_a_model_of_its_own_uses_the_nearest_and_says_so(tmp_path, monkeypatch, capsys):
+    """As the server does (``catalog.serving_model``): a deployer on a CPU no shipped model was
+    fine-tuned for gets the nearest model's schedules, and the report says it is a fallback
+    (it failed with "no model for hardware" before)."""
+    from collectors.hardware import detect_hardware
+    from tlm.service.catalog import serving_model
+
+    (tmp_path / "user_net.py").write_text(USER_MODEL)
+    monkeypatch.chdir(tmp_path)  # no ./corpus: the shipped models only
+    monkeypatch.delenv("TLM_CORPUS", raising=False)
+    serving = serving_model(detect_hardware("cpu"))
+    rc = main(["compile", "--module", "user_net:make", "--no-rank", "--no-torch-compile", "--json"])
+    report = _report(capsys)
+    assert rc == 0 and report["correct"] and report["model_id"] == serving.entry.model_id
+    assert report["model_fallback"] == (serving.why if serving.fallback else None)
+
+
 @pytest.mark.parametrize("argv, words", [
     (["compile", "--model", "resnet5"], "unknown model 'resnet5'"),
     (["compile", "--model", "resnet50", "--budget", "-1"], "--budget must be >= 0 measurements, got -1"),

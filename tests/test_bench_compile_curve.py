@@ -1,0 +1,28 @@
+"""The compile curve's figures (bench/compile_curve.py), read from hand-made points."""
+from __future__ import annotations
+
+from bench.compile_curve import markdown, targets
+
+
+def _p(method: str, n: int, compile_s: float, latency_ms: float, correct: bool = True) -> dict:
+    return {"method": method, "measurements": n, "compile_s": compile_s, "latency_ms": latency_ms, "correct": correct}
+
+
+def test_the_targets_are_read_from_correct_points_only():
+    points = [_p("untuned", 0, 10, 2.0), _p("served", 0, 30, 3.0), _p("served", 64, 90, 1.5),
+              _p("served", 256, 300, 0.9), _p("metaschedule", 64, 400, 1.8), _p("metaschedule", 256, 1200, 1.0),
+              _p("metaschedule", 1024, 4000, 0.5, correct=False),  # a wrong binary is no figure
+              {"method": "served", "measurements": 1024, "error": "over 5400 s", "correct": False}]
+    t = targets(points)
+    assert t["served_unmeasured_over_untuned"] == 1.5
+    assert t["at_budget"] == 256 and t["served_over_metaschedule"] == 0.9
+    # MetaSchedule's best correct point is @256 (1.0 ms, 1200 s); served first reaches it @256 (300 s)
+    assert t["metaschedule_largest_budget"] == 256 and t["compile_time_saved_to_reach_it"] == 4.0
+    md = markdown({"machine": {"cpu": "x", "hardware_key": "k"}, "models": {"m": {"points": points, "targets": t}}})
+    assert "| served | 1024 | - | - | over 5400 s |" in md and "| 4.00x | >= 10x |" in md
+
+
+def test_a_served_build_that_never_reaches_metaschedule_saves_no_time():
+    t = targets([_p("served", 0, 30, 3.0), _p("metaschedule", 64, 400, 1.8)])
+    assert t["compile_time_saved_to_reach_it"] is None and "at_budget" not in t
+    assert t["served_unmeasured_over_untuned"] is None
