@@ -133,6 +133,10 @@ def _child(method: str, model: str, budget: int, small: bool, tlm_model: str | N
         "model_fallback": report.get("model_fallback"), "from_corpus": report["from_corpus"],
         "untuned_ms_same_run": report["latency"]["untuned_s"] * 1e3, "shipped": report["shipped"],
         "split_s": {k: times[k] for k in ("extract_s", "generate_s", "measure_s", "build_s")},
+        # what the budget bought, task by task: the measured ones and those that kept TVM's default lowering
+        "tasks_measured": [{"task": t["task"], "weight": t["weight"], "source": t["source"],
+                            "latency_us": t["latency_s"] * 1e6, "default_us": (t.get("default_s") or 0) * 1e6 or None}
+                           for t in report["per_task"] if t["latency_s"] and t["source"] != "corpus"],
     }
 
 

@@ -147,7 +147,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
         "shipped": shipped, "shipped_why": why,
         "per_task": [{"task": c.task.task_name, "source": c.source, "weight": c.task.weight, "flops": c.task.flops,
                       "candidates": c.candidates, "rank": c.rank,
-                      "latency_s": c.latency_s, "generate_s": c.generate_s, "measure_s": c.measure_s,
+                      "latency_s": c.latency_s, "default_s": c.default_s, "generate_s": c.generate_s, "measure_s": c.measure_s,
                       "error": c.error} for c in chosen],
     }
     _print(report, stream=sys.stderr if args.json else sys.stdout)

@@ -102,8 +102,16 @@ def test_an_anytime_budget_measures_where_the_model_gains_most_and_the_next_comp
     assert main([*base, "--budget", "6"]) == 0
     report = _report(capsys)
     assert report["correct"] and 0 < report["measurements"] <= 6 and report["budget"] == 6
-    with Corpus.open(str(tmp_path / "c")) as corpus:
-        assert corpus.scan(columns=["record_id"]).num_rows == report["measurements"]
+    defaults = [t for t in report["per_task"] if t["default_s"] is not None]
+    with Corpus.open(str(tmp_path / "c")) as corpus:  # every measurement stored, TVM's default lowering too
+        stored = corpus.scan(columns=["tuner"]).column("tuner").to_pylist()
+    assert len(stored) == report["measurements"] and stored.count("tvm-default") == len(defaults)
+    # never slower than doing nothing, task by task: a measured task keeps TVM's default lowering
+    # exactly when no candidate of the model's beat it, and the report says so
+    assert defaults, "each measured task's first batch times its default lowering"
+    fell_back = {d["task"] for d in report["default_lowering"]}
+    for t in defaults:
+        assert (t["source"] == "default") == (t["latency_s"] == t["default_s"]) == (t["task"] in fell_back)
     measured = [t for t in report["per_task"] if t["latency_s"]]
     heaviest = max(report["per_task"], key=lambda t: t["weight"] * t["flops"])
     assert heaviest["task"] in {t["task"] for t in measured}

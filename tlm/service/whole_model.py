@@ -44,6 +44,7 @@ class TaskSchedule:
     measure_s: float = 0.0
     error: str | None = None  # why the task keeps the default lowering
     source: str = "model"  # "corpus": the key's fastest measured record; "model": the source's; "default": TVM's
+    default_s: float | None = None  # TVM's default lowering of the task, measured (spend_budget's first batch)
 
 
 #: ``source(task, k) -> Proposal``
@@ -72,14 +73,26 @@ def weighted_pools(tasks: Sequence[Task]) -> dict[str, int]:
 def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str, ranker: Any = None,
                  pools: dict[str, int] | None = None) -> Source:
     """Candidates from a model loaded in this process (ranked by ``ranker``, its cost model, if
-    given, over each task's pool in ``pools``, by workload key: :func:`weighted_pools`)."""
+    given, over each task's pool in ``pools``, by workload key: :func:`weighted_pools`). A
+    ranked pool is kept whole, so :func:`spend_budget` asking a task again for more candidates
+    decodes nothing (it re-decoded the pool every batch: 152 of a 222 s compile at budget 64)."""
     from collectors.tir import trace_json
-    from tlm.service.generator import RANK_POOL, generate
+    from tlm.service.generator import MAX_K, RANK_POOL, generate
+
+    ranked: dict[str, Proposal] = {}  # a task's whole ranked pool, by workload key
 
     def source(task: Task, k: int) -> Proposal:
+        if ranker is not None and task.workload_key in ranked:  # asked again (spend_budget): nothing to decode
+            whole = ranked[task.workload_key]
+            return Proposal(whole.traces[:k], model_id, 0.0)
         pool = (pools or {}).get(task.workload_key, RANK_POOL)
-        g = generate(task, hardware, model, tokenizer, k=k, ranker=ranker, pool=pool)
-        return Proposal([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
+        # a ranked pool is decoded, proven and ranked whole whatever k is: keep all of it once
+        g = generate(task, hardware, model, tokenizer, k=MAX_K if ranker is not None else k, ranker=ranker, pool=pool)
+        got = Proposal([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
+        if ranker is None:
+            return got
+        ranked[task.workload_key] = got
+        return Proposal(got.traces[:k], model_id, got.generate_s)
 
     return source
 
@@ -159,7 +172,11 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
     the first ones are those measured before): expected time = occurrences x its fastest
     measured latency, or for a task not measured yet, x its FLOPs at the measured tasks' median
     throughput; a step that did not improve a task halves its priority (Ansor's task scheduler
-    favours tasks still improving the same way). Every batch's records go to ``on_records``
+    favours tasks still improving the same way). A task's first batch also measures TVM's
+    default lowering of it (``default_s``, one of the batch's measurements): a task none of
+    whose measured candidates beats it keeps the default (``source`` "default", ``error`` says
+    why) -- on tiny tasks the serial default wins, a parallel region's start costs more than the
+    work. Every batch's records go to ``on_records``
     at once, so Ctrl-C (KeyboardInterrupt, passed on) keeps every measurement made."""
     from tlm.service.api import ApiError
     from tlm.service.generator import MAX_K
@@ -184,7 +201,11 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
             break
         ts = max(open_, key=expected)
         lo = asked[id(ts)]
-        hi = min(MAX_K, lo + (batch if budget is None else min(batch, budget - spent)))
+        room = batch if budget is None else min(batch, budget - spent)
+        if lo == 0 and room > 1:  # the task's first batch: TVM's default lowering measured beside it
+            spent += _measure_default(ts, hardware, on_records)
+            room -= 1
+        hi = min(MAX_K, lo + room)
         try:
             choice = source(ts.task, hi)
         except (ValueError, ApiError) as exc:
@@ -199,13 +220,40 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
         spent += n
         if best is not None and (ts.latency_s is None or best[0] < ts.latency_s):
             ts.latency_s, ts.rank = best
-            ts.trace = choice.traces[ts.rank]
+            ts.trace, ts.source, ts.error = choice.traces[ts.rank], "model", None
         else:
             damp[id(ts)] /= 2
+        if ts.default_s is not None and ts.default_s < (ts.latency_s or float("inf")):
+            # never slower than doing nothing, task by task: TVM's default lowering stays
+            ts.error = (f"TVM's default lowering ran {ts.default_s * 1e6:.1f} us, the fastest of the model's "
+                        f"{hi} candidates " + (f"{ts.latency_s * 1e6:.1f} us" if ts.latency_s else "none correct"))
+            ts.trace, ts.source, ts.latency_s = None, "default", ts.default_s
         ts.candidates = max(ts.candidates, hi)
         if progress is not None:
             progress(ts, spent)
     return spent
+
+
+def _measure_default(ts: TaskSchedule, hardware: Hardware, on_records: Callable[[list], None] | None) -> int:
+    """Measure TVM's default lowering of ``ts``'s task (its PrimFunc unscheduled, an empty
+    trace: what the untuned build runs) like a candidate, into ``ts.default_s`` (None: it
+    failed); the measurements made (1). Its record goes to ``on_records`` (tuner
+    ``tvm-default``) like any other, so the corpus's fastest record of a task is the truly
+    fastest program, the default included; datasets skip it (no sketch of the design space)."""
+    from tvm.s_tir.schedule import Schedule
+
+    from collectors.tir import as_module
+    from collectors.tuner import measure_schedules
+
+    t0 = time.perf_counter()
+    records: list = []
+    measure_schedules(ts.task, hardware, [Schedule(as_module(ts.task.mod))], tuner="tvm-default",
+                      on_records=records.extend)
+    ts.measure_s += time.perf_counter() - t0
+    if on_records is not None:
+        on_records(records)
+    ts.default_s = records[0].latency_s if records else None
+    return 1
 
 
 def _measure(ts: TaskSchedule, hardware: Hardware, choice: Proposal, lo: int, hi: int,
