@@ -301,6 +301,8 @@ def markdown(res: dict) -> str:
                   f"{_fmt(t.get('served_over_metaschedule'))} | <= 1.0x |",
                   f"| compile time saved to reach MetaSchedule@{t.get('metaschedule_largest_budget', '-')} | "
                   f"{_fmt(t.get('compile_time_saved_to_reach_it'))} | >= 10x |", ""]
+    if res.get("note"):  # what limits the figures, said by whoever ran them (kept across resumed runs)
+        lines += [res["note"], ""]
     return "\n".join(lines) + "\n"
 
 
