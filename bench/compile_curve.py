@@ -41,8 +41,6 @@ from bench._common import REPO, RESULTS, machine
 METHODS = ("served", "metaschedule", "untuned", "torch_eager", "torch_compile", "onnxruntime")
 BUDGETED = ("served", "metaschedule")
 MS_TRIALS_PER_ITER = 16
-#: rtol/atol of every check: ``collectors.compile.check_against_torch``'s
-TOLERANCE = (1e-3, 1e-4)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,7 +203,7 @@ def _onnxruntime(module: Any, example: tuple, threads: int) -> dict:
     import numpy as np
     import torch
 
-    from collectors.compile import torch_output
+    from collectors.compile import TOLERANCE, torch_output
 
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
@@ -226,7 +224,7 @@ def _onnxruntime(module: Any, example: tuple, threads: int) -> dict:
         sess.run(None, feed)
         times.append(time.perf_counter() - t)
     return {"compile_s": compile_s, "latency_ms": statistics.median(times) * 1e3,
-            "correct": bool(np.allclose(got, want, rtol=TOLERANCE[0], atol=TOLERANCE[1])),
+            "correct": bool(np.allclose(got, want, **TOLERANCE)),
             "max_abs_err": float(np.max(np.abs(got - want)))}
 
 
@@ -255,6 +253,8 @@ def targets(points: list[dict]) -> dict:
 
 
 def _load(out: str) -> dict:
+    from collectors.compile import TOLERANCE
+
     if os.path.exists(out):
         with open(out) as fh:
             res = json.load(fh)
@@ -262,7 +262,7 @@ def _load(out: str) -> dict:
             return res
     return {"methods": {"served": "tlm compile, ranked, --budget N", "metaschedule":
                         f"tune_relax, max_trials_global N, {MS_TRIALS_PER_ITER} a batch, gradient scheduler"},
-            "tolerance": {"rtol": TOLERANCE[0], "atol": TOLERANCE[1]}, "models": {}}
+            "tolerance": TOLERANCE, "models": {}}
 
 
 def _write(res: dict, out: str) -> None:

@@ -15,6 +15,10 @@ from typing import Any, Sequence
 from collectors.hardware import Hardware, check_runs_here
 
 
+#: how near a whole-model build's output must be to PyTorch's (``numpy.allclose``'s arguments)
+TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
+
+
 def compile_model(mod: Any, hardware: Hardware | None = None, database: Any | None = None) -> Any:
     """A Relax executable of ``mod`` for ``hardware`` (default: plain host llvm).
 
@@ -105,11 +109,11 @@ def time_torch_compile(module: Any, args: Sequence[Any], threads: int) -> tuple[
 def check_against_torch(executable: Any, module: Any, args: Sequence[Any],
                         hardware: Hardware | None = None) -> tuple[float, bool]:
     """``(max abs error, correct)`` of a compiled model's output against the PyTorch module's on
-    ``args``: one tolerance for every whole-model build (rtol 1e-3, atol 1e-4)."""
+    ``args``: one tolerance for every whole-model build (:data:`TOLERANCE`)."""
     import numpy as np
 
     got, want = run_model(executable, args, hardware), torch_output(module, args)
-    return float(np.max(np.abs(got - want))), bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
+    return float(np.max(np.abs(got - want))), bool(np.allclose(got, want, **TOLERANCE))
 
 
 def torch_output(module: Any, args: Sequence[Any]) -> Any:

@@ -79,20 +79,20 @@ def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str, 
     from collectors.tir import trace_json
     from tlm.service.generator import MAX_K, RANK_POOL, generate
 
-    ranked: dict[str, Proposal] = {}  # a task's whole ranked pool, by workload key
+    ranked: dict[str, tuple[list, list]] = {}  # workload key -> (the ranked pool's traces, their JSON so far)
 
     def source(task: Task, k: int) -> Proposal:
-        if ranker is not None and task.workload_key in ranked:  # asked again (spend_budget): nothing to decode
-            whole = ranked[task.workload_key]
-            return Proposal(whole.traces[:k], model_id, 0.0)
         pool = (pools or {}).get(task.workload_key, RANK_POOL)
-        # a ranked pool is decoded, proven and ranked whole whatever k is: keep all of it once
-        g = generate(task, hardware, model, tokenizer, k=MAX_K if ranker is not None else k, ranker=ranker, pool=pool)
-        got = Proposal([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
         if ranker is None:
-            return got
-        ranked[task.workload_key] = got
-        return Proposal(got.traces[:k], model_id, got.generate_s)
+            g = generate(task, hardware, model, tokenizer, k=k, pool=pool)
+            return Proposal([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
+        cost = 0.0  # asked again (spend_budget): nothing to decode
+        if task.workload_key not in ranked:  # a ranked pool is decoded, proven and ranked whole whatever k is
+            g = generate(task, hardware, model, tokenizer, k=MAX_K, ranker=ranker, pool=pool)
+            ranked[task.workload_key], cost = ([c.schedule.trace for c in g.candidates], []), g.generate_s + g.check_s
+        traces, done = ranked[task.workload_key]
+        done += [trace_json(t) for t in traces[len(done):k]]  # written out as asked for (~1 ms a trace)
+        return Proposal(done[:k], model_id, cost)
 
     return source
 
@@ -243,15 +243,8 @@ def _measure_default(ts: TaskSchedule, hardware: Hardware, on_records: Callable[
     from tvm.s_tir.schedule import Schedule
 
     from collectors.tir import as_module
-    from collectors.tuner import measure_schedules
 
-    t0 = time.perf_counter()
-    records: list = []
-    measure_schedules(ts.task, hardware, [Schedule(as_module(ts.task.mod))], tuner="tvm-default",
-                      on_records=records.extend)
-    ts.measure_s += time.perf_counter() - t0
-    if on_records is not None:
-        on_records(records)
+    records = _timed(ts, hardware, [Schedule(as_module(ts.task.mod))], "tvm-default", on_records)
     ts.default_s = records[0].latency_s if records else None
     return 1
 
@@ -259,22 +252,29 @@ def _measure_default(ts: TaskSchedule, hardware: Hardware, on_records: Callable[
 def _measure(ts: TaskSchedule, hardware: Hardware, choice: Proposal, lo: int, hi: int,
              on_records: Callable[[list], None] | None) -> tuple[tuple[float, int] | None, int]:
     """Build, run and check ``choice.traces[lo:hi]`` of ``ts``'s task as a search's candidates
-    (tuner ``tlm:<model id>``), adding the time to ``ts.measure_s`` and handing the records to
-    ``on_records`` at once: ``((latency, rank) of the fastest correct one or None, measured)``."""
+    (tuner ``tlm:<model id>``): ``((latency, rank) of the fastest correct one or None, measured)``."""
     from collectors.tir import schedule_of
-    from collectors.tuner import measure_schedules
     from tlm.service.generator import tuner_name
 
-    traces = choice.traces[lo:hi]
+    schedules = [schedule_of(ts.task.mod, t, checked=True) for t in choice.traces[lo:hi]]
+    records = _timed(ts, hardware, schedules, tuner_name(choice.model_id), on_records)
+    ok = [(r.latency_s, lo + i) for i, r in enumerate(records) if r.latency_s is not None]
+    return (min(ok) if ok else None), len(records)
+
+
+def _timed(ts: TaskSchedule, hardware: Hardware, schedules: list, tuner: str,
+           on_records: Callable[[list], None] | None) -> list:
+    """``schedules`` of ``ts``'s task measured in one call (``collectors.tuner.measure_schedules``),
+    the time added to ``ts.measure_s``, the records handed to ``on_records`` at once; the records."""
+    from collectors.tuner import measure_schedules
+
     t0 = time.perf_counter()
     records: list = []
-    measure_schedules(ts.task, hardware, [schedule_of(ts.task.mod, t, checked=True) for t in traces],
-                      tuner=tuner_name(choice.model_id), on_records=records.extend)
+    measure_schedules(ts.task, hardware, schedules, tuner=tuner, on_records=records.extend)
     ts.measure_s += time.perf_counter() - t0
     if on_records is not None:
         on_records(records)
-    ok = [(r.latency_s, lo + i) for i, r in enumerate(records) if r.latency_s is not None]
-    return (min(ok) if ok else None), len(records)
+    return records
 
 
 def database_of(schedules: Sequence[TaskSchedule], hardware: Hardware) -> Any:
