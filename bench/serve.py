@@ -43,12 +43,13 @@ def sketch_cost(tasks: list, hw, model, tok) -> dict:
     the extra sketches share each decoding step (the generator's choice: rank all, module doc)."""
     from tlm.service.generator import decode_prompts
     from tlm.language import live_sketches, prompt_tokens
+    from tlm.model.network import language_of
     from tlm.language.space import build_space
 
     rows = []
     for t in tasks:
         space = build_space(t, hw)
-        prompts = [prompt_tokens(space, sk) for sk in live_sketches(space)]
+        prompts = [prompt_tokens(space, sk, language_of(model)) for sk in live_sketches(space)]
         times = {}
         for label, ps in (("one", prompts[:1]), ("all", prompts)):
             best = float("inf")

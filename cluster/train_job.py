@@ -20,7 +20,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from tlm.model.train import TrainConfig
@@ -107,10 +107,11 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
     """
     from tlm.model.dataset import built_with
     from tlm.model.network import ModelConfig, model_config, read_model_info
-    from tlm.model.tokenizer import build_tokenizer, load_tokenizer
+    from tlm.model.tokenizer import build_tokenizer, extend_tokenizer, language_vocabulary, load_tokenizer
 
     path = data_file(job.dataset_dir, cfg.stage)
-    held_out = list(built_with(path).held_out_models)
+    built = built_with(path)
+    held_out = list(built.held_out_models)
     keys = keys_of(job)
     rows = read_rows(path, keys)
     if not rows["train"]:
@@ -124,13 +125,19 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
             raise ValueError("fine-tuning needs a base model (--base)")
         mcfg = ModelConfig(**read_model_info(job.base_path)["model_config"])
         tokenizer = load_tokenizer(job.base_path)
+        if built.language < mcfg.language:
+            raise ValueError(f"{path} is written in language version {built.language}, but the base model reads "
+                             f"version {mcfg.language}: rebuild it with `tlm dataset build --language {mcfg.language}`")
+        if built.language > mcfg.language:  # the base learns the newer version's words (train.grow_vocabulary)
+            tokenizer = extend_tokenizer(tokenizer, language_vocabulary())
+            mcfg = replace(mcfg, language=built.language, vocab_size=len(tokenizer))
         if longest > mcfg.n_positions:
             raise ValueError(f"a fine-tuning sentence has {longest} tokens but the base model reads at "
                              f"most {mcfg.n_positions}; pretrain a base with a longer context")
     else:
         extra = {w for r in rows["train"] for w in r["text"].split()[: r["prompt_len"]]}
         tokenizer = build_tokenizer(extra)
-        mcfg = model_config(cfg.preset, tokenizer, longest)
+        mcfg = replace(model_config(cfg.preset, tokenizer, longest), language=built.language)
     os.makedirs(run_dir, exist_ok=True)
     tokenizer.save_pretrained(tok_dir)
     per_epoch = len(rows["train"]) // (cfg.batch_size * job.workers)

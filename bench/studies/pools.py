@@ -30,11 +30,12 @@ from bench.judging import CORPUS, judging_set
 def pools_of(task: Any, hw: Any, model: Any, tok: Any, beams: int, samples: int) -> dict[str, list]:
     """Pool name -> the model's distinct candidates (likelihood order), proven valid."""
     from tlm.language import apply_sentence, build_space, live_sketches, prompt_tokens
+    from tlm.model.network import language_of
     from tlm.service.generator import decode_prompts, likelihood_ranked
 
     space = build_space(task, hw)
     sketches = live_sketches(space)
-    prompts = [prompt_tokens(space, s) for s in sketches]
+    prompts = [prompt_tokens(space, s, language_of(model)) for s in sketches]
     greedy = likelihood_ranked(model, tok, prompts, sketches, decode_prompts(model, tok, task, hw, prompts, 1))
     out = {"greedy": greedy}
     if beams:

@@ -27,7 +27,7 @@ def sketch_choice(model_dir: str, n: int) -> dict:
     from bench.learning import _sample
     from collectors.hardware import detect_hardware
     from tlm.language import apply_sentence, build_space, encode, live_sketches, prompt_tokens
-    from tlm.model.network import load_model
+    from tlm.model.network import language_of, load_model
     from tlm.service.catalog import ranker_for
     from tlm.service.generator import decode_prompts, likelihood_ranked
 
@@ -40,7 +40,7 @@ def sketch_choice(model_dir: str, n: int) -> dict:
         teacher = encode(t, hw, best[t.workload_key]["trace_json"])
         space = build_space(t, hw)
         sketches = live_sketches(space)
-        prompts = [prompt_tokens(space, sk) for sk in sketches]
+        prompts = [prompt_tokens(space, sk, language_of(model)) for sk in sketches]
         cands = likelihood_ranked(model, tok, prompts, sketches, decode_prompts(model, tok, t, hw, prompts, 1))
         for c in cands:
             c.schedule = apply_sentence(c.words, t, hw).schedule

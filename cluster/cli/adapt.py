@@ -184,11 +184,13 @@ def _finetune(corpus: Any, hw: Any, base: Any, name: str, args: argparse.Namespa
 
     from cluster.train_job import TrainJob, run_training
     from tlm.model.dataset import DatasetConfig, build_datasets
+    from tlm.model.network import model_language
     from tlm.model.train import TrainConfig
 
     data_dir = os.path.join(args.out, ".adapt-sets", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    s = build_datasets(corpus, data_dir, DatasetConfig(pretrain_per_sketch=0, finetune_top_k=4,
-                                                       hardware_keys=(hw.key,)), progress=not args.no_progress)
+    s = build_datasets(corpus, data_dir, DatasetConfig(pretrain_per_sketch=0, finetune_top_k=4, hardware_keys=(hw.key,),
+                                                       language=model_language(base.path)),
+                       progress=not args.no_progress)
     print(f"fine-tuning {base.model_id} on {s.finetune_rows} sentences of {hw.key}", file=sys.stderr)
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     batch = max(1, min(16, s.finetune_rows // args.workers))  # a few measurements still make one batch

@@ -31,6 +31,9 @@ def register(subparsers) -> None:
                         f"models, {', '.join(HELD_OUT_MODELS)}; 'none' for no test split)")
     b.add_argument("--hardware", default="", help="comma-separated hardware keys (default: all in the corpus)")
     b.add_argument("--seed", type=int, default=0, help="seed of the design-space sampling")
+    b.add_argument("--language", type=int, default=None,
+                   help="prompt grammar version (default 1, the shipped models'; 2 adds each buffer's "
+                        "dimensions, vector lanes and registers, and where a sketch fuses)")
     b.add_argument("--workers", type=int, default=1,
                    help="processes sampling the pretraining programs (default 1; the same rows with more)")
     b.set_defaults(func=run_build)
@@ -50,10 +53,16 @@ def run_build(args: argparse.Namespace) -> int:
         raise UsageError(f"--per-sketch and --top-k must be >= 0, got {args.per_sketch} and {args.top_k}")
     if args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    from tlm.language import DEFAULT_LANGUAGE, LANGUAGE_VERSIONS
+
+    language = DEFAULT_LANGUAGE if args.language is None else args.language
+    if language not in LANGUAGE_VERSIONS:
+        raise UsageError(f"--language {language}: unknown version; known: {', '.join(map(str, LANGUAGE_VERSIONS))}")
     held_out = held_out_models(args.held_out)
     fast_import.install()  # CPU sketches only need the x86 intrinsics; CUDA spaces add theirs
     config = DatasetConfig(pretrain_per_sketch=args.per_sketch, finetune_top_k=args.top_k,
-                           held_out_models=held_out, hardware_keys=comma_list(args.hardware), seed=args.seed)
+                           held_out_models=held_out, hardware_keys=comma_list(args.hardware), seed=args.seed,
+                           language=language)
     with open_corpus(args) as corpus, user_errors(FileExistsError):
         summary = build_datasets(corpus, args.out, config, workers=args.workers)
     print(f"{summary.pretrain_rows} pretraining and {summary.finetune_rows} fine-tuning sentences "

@@ -221,11 +221,14 @@ def _train(corpus_dir: Path, work: Path, hw: Any, base: Any, steps: int, seed: i
     from cluster.train_job import TrainJob, run_training
     from storage import Corpus
     from tlm.model.dataset import DatasetConfig, build_datasets
+    from tlm.model.network import model_language
     from tlm.model.train import TrainConfig
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with Corpus.open(str(corpus_dir)) as corpus:  # a new set per run: the corpus may have grown
-        s = build_datasets(corpus, str(work / f"dataset-{stamp}"), DatasetConfig(pretrain_per_sketch=4, finetune_top_k=4),
+        s = build_datasets(corpus, str(work / f"dataset-{stamp}"),  # in the language the base reads
+                           DatasetConfig(pretrain_per_sketch=4, finetune_top_k=4,
+                                         language=model_language(base.path) if base is not None else 1),
                            progress=False)
     data_dir = s.out_dir
     print(f"{s.pretrain_rows} pretraining and {s.finetune_rows} fine-tuning sentences")

@@ -43,16 +43,17 @@ def znver4() -> object:
     return hardware_from_index("cpu-znver4-2c", {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, "test CPU")
 
 
-def sentence_sets(tmp_root, *, per_sketch: int = 4, top_k: int = 4):
+def sentence_sets(tmp_root, *, per_sketch: int = 4, top_k: int = 4, language: int = 1):
     """``(dataset_dir, corpus_root)``: sentence sets built from :func:`measured_corpus` (model_b,
-    the softmax, held out), as `tlm dataset build` writes them."""
+    the softmax, held out), as `tlm dataset build` writes them, in prompt grammar ``language``."""
     from tlm.model.dataset import DatasetConfig, build_datasets
 
     root, out = Path(tmp_root) / "corpus", Path(tmp_root) / "sets"
     c = measured_corpus(root, small_tasks(), znver4())
     try:
         build_datasets(c, str(out), DatasetConfig(pretrain_per_sketch=per_sketch, finetune_top_k=top_k,
-                                                  held_out_models=("model_b",)), progress=False)
+                                                  held_out_models=("model_b",), language=language),
+                       progress=False)
     finally:
         c.close()
     return out, root

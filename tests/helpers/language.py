@@ -43,16 +43,23 @@ def applied(mod, trace):
 
 
 def assert_round_trip(task, hw, trace):
+    """The exact round trip in every language version (the version-1 sentence is returned); the
+    versions differ in their prompts alone."""
     import tvm_ffi
+    from tlm.language import LANGUAGE_VERSIONS
 
-    sentence = encode(task, hw, trace)
-    back = decode(sentence, task, hw)
-    assert sampling_decisions(back) == sampling_decisions(trace)
-    a, b = applied(task.mod, trace), applied(task.mod, back)
-    assert tvm_ffi.structural_equal(a.mod, b.mod)
-    assert sampling_decisions(b.trace) == sampling_decisions(back)  # nothing repaired on replay
-    assert encode(task, hw, back) == sentence
-    return sentence
+    sentences = []
+    for language in LANGUAGE_VERSIONS:
+        sentence = encode(task, hw, trace, language=language)
+        back = decode(sentence, task, hw)
+        assert sampling_decisions(back) == sampling_decisions(trace)
+        a, b = applied(task.mod, trace), applied(task.mod, back)
+        assert tvm_ffi.structural_equal(a.mod, b.mod)
+        assert sampling_decisions(b.trace) == sampling_decisions(back)  # nothing repaired on replay
+        assert encode(task, hw, back, language=language) == sentence
+        sentences.append(sentence)
+    assert len({s.decisions for s in sentences}) == 1 and len({s.sketch_id for s in sentences}) == 1
+    return sentences[0]
 
 
 def record_round_trip(task, hw, trace_json: str):
@@ -60,14 +67,19 @@ def record_round_trip(task, hw, trace_json: str):
     import tvm_ffi
     from tvm.s_tir.schedule import Schedule, Trace
 
-    s = encode(task, hw, trace_json)
-    back = decode(s, task, hw)
+    from tlm.language import LANGUAGE_VERSIONS
+
     sch = Schedule(task.mod)
     Trace.apply_json_to_schedule(json.loads(trace_json), sch)
     original = sch.trace
-    assert sampling_decisions(back) == sampling_decisions(original)
-    assert tvm_ffi.structural_equal(applied(task.mod, original).mod, applied(task.mod, back).mod)
-    return s
+    sentences = []
+    for language in LANGUAGE_VERSIONS:  # every version reads the record back the same
+        s = encode(task, hw, trace_json, language=language)
+        back = decode(s, task, hw)
+        assert sampling_decisions(back) == sampling_decisions(original)
+        assert tvm_ffi.structural_equal(applied(task.mod, original).mod, applied(task.mod, back).mod)
+        sentences.append(s)
+    return sentences[0]
 
 
 def lowered_shared_bytes(mod, target) -> int:

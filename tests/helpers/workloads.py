@@ -49,6 +49,18 @@ def matmul(n: int = 64, m: int = 64, k: int = 64, dtype: str = "float32") -> Any
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
+def matmul_nt(n: int = 64, m: int = 64, k: int = 64, dtype: str = "float32") -> Any:
+    """C[n, m] = A[n, k] @ B[m, k]^T: the same shape and iterators as :func:`matmul`, B read along k."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((n, k), name="A", dtype=dtype)
+    b = te.placeholder((m, k), name="B", dtype=dtype)
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[j, r], axis=r), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
 def relu(n: int = 1024, dtype: str = "float32") -> Any:
     """B = max(A, 0) on a vector."""
     import tvm

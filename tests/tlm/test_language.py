@@ -172,3 +172,59 @@ def test_replays_reuse_their_threads(tasks, cpu_hw, monkeypatch):
     for _ in range(20):
         decode(sentence, task, cpu_hw)
     assert started.count("tlm-replay") <= 1
+
+
+def _prompt(task, hw, sketch_id=0, language=2):
+    from tlm.language import prompt_tokens
+
+    space = build_space(task, hw)
+    return prompt_tokens(space, space.sketches[sketch_id], language)
+
+
+def test_version_2_prompt_shows_which_iterators_index_each_dimension(cpu_hw):
+    """An NN and an NT matmul of one shape read the same in version 1; version 2 says B's contiguous
+    (last) dimension is walked by j (iterator 1) in one and by k (iterator 2) in the other."""
+    from tests.helpers.workloads import make_task, matmul, matmul_nt
+
+    nn = make_task(matmul(64, 48, 32), "matmul", "matmul")
+    nt = make_task(matmul_nt(64, 48, 32), "matmul", "matmul")
+    v1 = [_prompt(t, cpu_hw, language=1) for t in (nn, nt)]
+    assert v1[0] == v1[1]
+    a, b = (" ".join(_prompt(t, cpu_hw)) for t in (nn, nt))
+    assert a.startswith("[BOS] language 2 hw cpu ")
+    assert "block C iters S 64 S 48 R 32 dtype float32 lanes 8 read dim 0 dim 2 read dim 2 dim 1 write identity" in a
+    assert "read dim 0 dim 2 read dim 1 dim 2 write identity" in b
+    assert " regs 16 task " in a  # AVX2: 16 vector registers
+
+
+def test_version_2_prompt_tells_fused_sketches_apart_in_the_same_words_in_every_family(tasks, cpu_hw):
+    """Consumer fusion (matmul + ReLU) and a cache write (plain matmul) put their ReverseComputeAt
+    under the outer or the inner tiles; version 2 says which, as the same ``level`` word in both."""
+    from tests.helpers.workloads import make_task, matmul
+
+    for task in (tasks["matmul"], make_task(matmul(), "matmul", "matmul")):
+        space = build_space(task, cpu_hw)
+        levels = []
+        for sk in space.sketches:
+            p = _prompt(task, cpu_hw, sk.sketch_id)
+            levels.append(tuple(p[i + 1] for i, w in enumerate(p) if w == "level"))
+            assert len(set(map(tuple, (_prompt(task, cpu_hw, s.sketch_id) for s in space.sketches)))) == len(space.sketches)
+        assert sorted(levels) == [(), ("1",), ("2",)]
+
+
+def test_both_versions_decode_to_one_program_and_read_their_own_prompts(tasks, cpu_hw):
+    from tlm.language import legal_next_tokens, sentence_language
+
+    task = tasks["conv2d"]
+    tr = sample_traces(task, cpu_hw, per_sketch=1)[0]
+    v1, v2 = encode(task, cpu_hw, tr), encode(task, cpu_hw, tr, language=2)
+    assert v1.decisions == v2.decisions and v2.prompt_len > v1.prompt_len
+    assert (sentence_language(v1.tokens), sentence_language(v2.tokens)) == (1, 2)
+    assert sampling_decisions(decode(v1, task, cpu_hw)) == sampling_decisions(decode(v2, task, cpu_hw))
+    assert legal_next_tokens(["[BOS]"], task, cpu_hw) == {"hw", "language"}
+    assert legal_next_tokens(list(v2.tokens[:3]), task, cpu_hw) == {"hw"}
+    assert legal_next_tokens(list(v2.prompt), task, cpu_hw) == legal_next_tokens(list(v1.prompt), task, cpu_hw)
+    with pytest.raises(LanguageError, match="unknown language version 9"):
+        decode(["[BOS]", "language", "9", *v1.tokens[1:]], task, cpu_hw)
+    with pytest.raises(ValueError, match="unknown language version 3"):
+        encode(task, cpu_hw, tr, language=3)

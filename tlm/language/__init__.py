@@ -20,15 +20,15 @@ from tlm.language.errors import LanguageError
 from tlm.language.numbers import divisors, number_tokens
 from tlm.language.program import InvalidProgram, Program, apply_sentence, check_trace
 from tlm.language.sentences import (
-    Sentence, decode, encode, hardware_tokens, legal_next_tokens, match_prompt, prompt_tokens, read_decisions,
-    sketch_tokens, split_words, task_tokens)
+    DEFAULT_LANGUAGE, LANGUAGE_VERSIONS, Sentence, decode, encode, hardware_tokens, legal_next_tokens, match_prompt,
+    prompt_tokens, read_decisions, sentence_language, sketch_tokens, split_words, task_tokens)
 from tlm.language.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space
 from tlm.language.words import BOS, DECIDE, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK, word_order
 
 __all__ = [
     "LIVENESS_WALKS", "DecisionState", "build_trace", "live_sketches", "requested_decisions", "tile_factor_values",
     "LanguageError", "divisors", "number_tokens", "InvalidProgram", "Program", "apply_sentence", "check_trace",
-    "Sentence", "decode", "encode", "hardware_tokens", "legal_next_tokens", "match_prompt", "prompt_tokens",
+    "DEFAULT_LANGUAGE", "LANGUAGE_VERSIONS", "sentence_language", "Sentence", "decode", "encode", "hardware_tokens", "legal_next_tokens", "match_prompt", "prompt_tokens",
     "read_decisions", "sketch_tokens", "split_words", "task_tokens", "INSTRUCTION_KINDS", "Choice", "Sketch",
     "Space", "build_space", "BOS", "DECIDE", "EOS", "GROUP_WORD", "ISA_WORDS", "LOCATION_WORDS", "PAD", "UNK",
     "word_order",

@@ -4,12 +4,18 @@ Grammar (words separated by single spaces; ``NUM`` is a number as in :mod:`tlm.l
 ``0``..``1024`` as one word, larger values as ``num<k>`` plus ``k`` digit words)::
 
     sentence  := "[BOS]" prompt decisions "[EOS]"
-    prompt    := hardware task sketch "decide"
+    prompt    := ["language" NUM] hardware task sketch "decide"  -- "language 2" opens a version-2 prompt
     hardware  := "hw" ("cpu" | "cuda") "arch" ARCH ("cores" | "sms") NUM "vector" NUM ["isa" FLAG+]
+                 ["regs" NUM]                                 -- v2, CPU: architectural vector registers
     task      := "task" OPKIND "name" WORD+ block+
-    block     := "block" WORD+ "iters" (("S" | "R" | "O") NUM)* "dtype" DTYPE
+    block     := "block" WORD+ "iters" (("S" | "R" | "O") NUM)* "dtype" DTYPE ["lanes" NUM] access*
+                                                              -- v2: lanes where the dtype changes
+    access    := ("read" | "write") (("dim" NUM*)+ | "identity")  -- v2: per buffer dimension, in order,
+                                                              -- the block iterators (by position) indexing
+                                                              -- it; "identity": dimension d by iterator d
     sketch    := "sketch" NUM "of" NUM step+
     step      := KIND                                         -- any other instruction
+               | ("ReverseComputeAt" | "ComputeAt") "level" (NUM | "var")  -- v2: after which tile level
                | "Annotate" ANNKEY                            -- ANNKEY without "meta_schedule."
                | "Annotate" "parallel" "max" NUM              -- MutateParallel's choice (below)
                | "SamplePerfectTile" "n" NUM "extent" EXT "inner" (NUM | "any")
@@ -25,8 +31,16 @@ Grammar (words separated by single spaces; ``NUM`` is a number as in :mod:`tlm.l
                | "at" ("root" | "inline" | NUM)   -- SampleComputeLocation: -1, -2 or loop index
                | "parallel" NUM     -- value of the meta_schedule.parallel annotation
 
-The prompt is fixed by (task, hardware, sketch); everything after ``decide`` is what a model
-generates. The ``parallel`` group exists because MetaSchedule's MutateParallel rewrites the
+The prompt is fixed by (task, hardware, sketch, language version); everything after ``decide`` is
+what a model generates. Version 1 (the shipped models') says which iterators a block has; version 2
+(:data:`LANGUAGE_VERSIONS`) also says which iterators index each dimension of each buffer a block
+reads and writes, in order, so the contiguous (last) dimension is visible and an NN matmul reads
+differently from an NT one; how many vector lanes the block's dtype has and how many vector registers
+the CPU has; and, for every sketch that moves a consumer or a cache write under the tiles, after
+which tile level it sits (``level 1``: under the outer tiles, ``level 2``: under the inner ones),
+words that mean the same in every family, where version 1 tells such sketches apart by their id
+alone. The decisions are the same words in both versions; a sentence says its version by its first
+words, so :func:`decode` and :func:`legal_next_tokens` read either. The ``parallel`` group exists because MetaSchedule's MutateParallel rewrites the
 annotation's *value* (an instruction input, not a decision), so a measured trace can differ
 from its sketch there; writing it as a choice keeps the round trip exact.
 
@@ -66,7 +80,8 @@ from tlm.language.decisions import DecisionState, live_sketches
 from tlm.language.errors import LanguageError
 from tlm.language.numbers import number_tokens
 from tlm.language.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, sblocks
-from tlm.language.words import BOS, DECIDE, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, word_order
+from tlm.language.words import (
+    BOS, DECIDE, DEFAULT_LANGUAGE, EOS, GROUP_WORD, ISA_WORDS, LANGUAGE_VERSIONS, LOCATION_WORDS, word_order)
 
 logger = logging.getLogger(__name__)
 
@@ -100,9 +115,13 @@ class Sentence:
 # ------------------------------------------------------------------------------------------
 # prompt
 # ------------------------------------------------------------------------------------------
-def hardware_tokens(hw: Hardware) -> list[str]:
+def hardware_tokens(hw: Hardware, *, language: int = 1) -> list[str]:
     """The hardware part of a prompt (CPU ISA and vector width derived from the target's
-    ``mcpu`` via LLVM, so a stored target gives the same words as a live machine)."""
+    ``mcpu`` via LLVM, so a stored target gives the same words as a live machine; version 2 adds
+    the CPU's vector registers, which bound a register tile)."""
+    from dataclasses import replace
+
+    from collectors.failure_modes import vector_registers
     from collectors.hardware import isa_of, vector_bits_of
 
     if hw.kind == "cpu":
@@ -116,27 +135,77 @@ def hardware_tokens(hw: Hardware) -> list[str]:
     flags = [f for f in ISA_WORDS if f in set(isa)]
     if flags:
         out += ["isa", *flags]
+    if language >= 2 and hw.kind == "cpu":
+        out += ["regs", *number_tokens(vector_registers(replace(hw, isa=tuple(isa))))]
     return out
 
 
-def task_tokens(task: Task) -> list[str]:
-    """The task part of a prompt: op kind, name words, every block's iterators and dtype."""
+def task_tokens(task: Task, *, language: int = 1, vector_bits: int = 0) -> list[str]:
+    """The task part of a prompt: op kind, name words, every block's iterators and dtype; version
+    2 adds the dtype's vector lanes (of ``vector_bits``, when given) and, for every buffer the
+    block reads and then writes, which of its iterators index each dimension, in order."""
     out = ["task", task.op_kind or "unknown", "name", *_name_words(task.task_name or "main")]
-    for name, iters, dtype in _blocks(task.mod):
+    last_dtype = None
+    for block, name, iters, dtype in _blocks(task.mod):
         out += ["block", *_name_words(name), "iters"]
         for kind, extent in iters:
             out += [_ITER_WORD.get(kind, "O"), *(number_tokens(extent) if extent is not None else ["var"])]
         out += ["dtype", dtype]
+        if language >= 2:
+            bits = _dtype_bits(dtype)
+            if vector_bits and bits and dtype != last_dtype:  # said again only where the dtype changes
+                out += ["lanes", *number_tokens(max(1, vector_bits // bits))]
+            last_dtype = dtype
+            for word, dims in _accesses(block):
+                out.append(word)
+                if dims == [[i] for i in range(len(dims))] and dims:  # dimension d indexed by iterator d
+                    out.append("identity")
+                    continue
+                for used in dims:
+                    out += ["dim", *(w for i in used for w in number_tokens(i))]
     return out
 
 
-def sketch_tokens(space: Space, sketch: Sketch) -> list[str]:
-    """The sketch part of a prompt: its instruction skeleton and the facts bounding each choice."""
+def _dtype_bits(dtype: str) -> int:
+    """Bits of a scalar dtype word (``float32`` 32, ``bool`` 8); 0 when it names none."""
+    import re
+
+    if dtype == "bool":
+        return 8
+    m = re.search(r"\d+", dtype)
+    return int(m.group()) if m else 0
+
+
+def _accesses(block: Any) -> list[tuple[str, list[list[int]]]]:
+    """``("read" | "write", [iterator positions per dimension])`` of every buffer ``block`` reads
+    (the written ones aside: a reduction's update reads its output) and then writes."""
+    from tvm.tirx.analysis import undefined_vars
+
+    position = {iv.var: i for i, iv in enumerate(block.iter_vars)}
+
+    def dims(region: Any) -> list[list[int]]:
+        out = []
+        for rng in region.region:
+            used = {position[v] for v in undefined_vars(rng.min) if v in position}
+            out.append(sorted(used))
+        return out
+
+    written = list(block.writes)
+    reads = [r for r in block.reads if not any(r.source.same_as(w.source) for w in written)]
+    return [("read", dims(r)) for r in reads] + [("write", dims(w)) for w in written]
+
+
+def sketch_tokens(space: Space, sketch: Sketch, *, language: int = 1) -> list[str]:
+    """The sketch part of a prompt: its instruction skeleton and the facts bounding each choice
+    (version 2: and after which tile level a consumer or cache write is computed)."""
     out = ["sketch", *number_tokens(sketch.sketch_id), "of", *number_tokens(len(space.sketches))]
     by_index = {c.inst_index: c for c in sketch.choices}
+    levels = _compute_at_levels(sketch) if language >= 2 else {}
     for i, kind in enumerate(sketch.kinds):
         c = by_index.get(i)
         out.append(kind)
+        if i in levels:
+            out += ["level", *levels[i]]
         if kind == "Annotate":
             key = sketch.ann_keys.get(i, "")
             out.append(key.removeprefix("meta_schedule."))
@@ -159,15 +228,54 @@ def sketch_tokens(space: Space, sketch: Sketch) -> list[str]:
     return out
 
 
-def prompt_tokens(space: Space, sketch: Sketch) -> list[str]:
-    """The whole prompt for one sketch (cached on the space)."""
+def _compute_at_levels(sketch: Sketch) -> dict[int, list[str]]:
+    """Position of every ``ReverseComputeAt``/``ComputeAt`` -> the words of the tile level its loop
+    is: ``n`` when the loop is the n-th (outermost first) of the loops a ``Split`` (or
+    ``GetLoops``) made, ``var`` when a sampled compute location chose it. Two sketches that fuse
+    a consumer (or a cache write) under different tiles differ here and nowhere else."""
+    insts = [x for x in sketch.trace.insts if x.kind.name != "EnterPostproc"]
+    made: list[tuple[Any, str, int]] = [(o, x.kind.name, j) for x in insts for j, o in enumerate(x.outputs)]
+    out = {}
+    for i, inst in enumerate(insts[: len(sketch.kinds)]):
+        if inst.kind.name not in ("ReverseComputeAt", "ComputeAt") or len(inst.inputs) < 2:
+            continue
+        loop = inst.inputs[1]
+        found = next(((kind, j) for o, kind, j in made if o.same_as(loop)), None)
+        out[i] = number_tokens(found[1] + 1) if found and found[0] in ("Split", "GetLoops", "Fuse") else ["var"]
+    return out
+
+
+def prompt_tokens(space: Space, sketch: Sketch, language: int = DEFAULT_LANGUAGE) -> list[str]:
+    """The whole prompt for one sketch in prompt grammar ``language`` (cached on the space)."""
+    if language not in LANGUAGE_VERSIONS:
+        raise ValueError(f"unknown language version {language}; known: {', '.join(map(str, LANGUAGE_VERSIONS))}")
     cache = space.__dict__.setdefault("_prompts", {})
-    toks = cache.get(sketch.sketch_id)
+    toks = cache.get((sketch.sketch_id, language))
     if toks is None:
-        toks = [BOS, *hardware_tokens(space.hardware), *task_tokens(space.task),
-                *sketch_tokens(space, sketch), DECIDE]
-        cache[sketch.sketch_id] = toks
+        version = ["language", *number_tokens(language)] if language >= 2 else []
+        toks = [BOS, *version, *hardware_tokens(space.hardware, language=language),
+                *task_tokens(space.task, language=language,
+                             vector_bits=space.hardware.vector_bits if space.hardware.kind == "cpu" else 0),
+                *sketch_tokens(space, sketch, language=language), DECIDE]
+        cache[(sketch.sketch_id, language)] = toks
     return list(toks)
+
+
+def sentence_language(words: Sequence[str]) -> int:
+    """The prompt grammar version a sentence (or its start) is written in: ``[BOS] language N``
+    opens version N, anything else is version 1."""
+    if len(words) > 2 and words[1] == "language" and str(words[2]).isdigit():
+        return int(words[2])
+    return 1
+
+
+def _languages_of(words: Sequence[str]) -> tuple[int, ...]:
+    """The versions whose prompts a (partial) sentence may start: all until its second word says."""
+    if len(words) < 2:
+        return LANGUAGE_VERSIONS
+    if words[1] == "language" and len(words) < 3:
+        return tuple(v for v in LANGUAGE_VERSIONS if v >= 2)
+    return (sentence_language(words),)
 
 
 def _maybe(value: int | None) -> list[str]:
@@ -184,8 +292,8 @@ def _name_words(name: str) -> list[str]:
     return words or ["main"]
 
 
-def _blocks(mod: Any) -> list[tuple[str, list[tuple[int, int | None]], str]]:
-    """(name, [(iter type, extent)], dtype) of every block but the root, in program order."""
+def _blocks(mod: Any) -> list[tuple[Any, str, list[tuple[int, int | None]], str]]:
+    """(SBlock, name, [(iter type, extent)], dtype) of every block but the root, in program order."""
     out: list = []
     for s in sblocks(mod):
         if s.name_hint == "root":
@@ -195,15 +303,16 @@ def _blocks(mod: Any) -> list[tuple[str, list[tuple[int, int | None]], str]]:
             ext = iv.dom.extent
             iters.append((int(iv.iter_type), int(ext.value) if hasattr(ext, "value") else None))
         dtype = str(s.writes[0].source.dtype) if len(s.writes) else "void"
-        out.append((s.name_hint, iters, dtype))
+        out.append((s, s.name_hint, iters, dtype))
     return out
 
 
 # ------------------------------------------------------------------------------------------
 # encode
 # ------------------------------------------------------------------------------------------
-def encode(task: Task, hardware: Hardware, trace: Any) -> Sentence:
-    """The sentence of ``trace`` (a Trace, trace JSON text, or ``[insts, decisions]``).
+def encode(task: Task, hardware: Hardware, trace: Any, *, language: int = DEFAULT_LANGUAGE) -> Sentence:
+    """The sentence of ``trace`` (a Trace, trace JSON text, or ``[insts, decisions]``), its prompt in
+    grammar version ``language``.
 
     Raises :class:`LanguageError` when the trace is not in the task's design space (another
     workload's trace, an unknown instruction), naming the first instruction that differs.
@@ -232,7 +341,7 @@ def encode(task: Task, hardware: Hardware, trace: Any) -> Sentence:
         raise LanguageError(pos, f"trace is not in the design space of task {task.task_name!r} "
                                  f"({task.workload_key}) on {hardware.key}: {why}")
     decisions = {int(i): v for i, v in as_json[1]}
-    tokens = prompt_tokens(space, sketch)
+    tokens = prompt_tokens(space, sketch, language)
     prompt_len = len(tokens)
     for choice, pos in zip(sketch.choices, positions):
         tokens.append(GROUP_WORD[choice.kind])
@@ -300,10 +409,14 @@ def split_words(sentence: Sentence | str | Sequence[str]) -> list[str]:
 
 
 def match_prompt(space: Space, words: Sequence[str]) -> tuple[Sketch, int]:
-    """The sketch whose prompt starts ``words``; raises naming the first word that differs."""
+    """The sketch whose prompt (in the version the words say, :func:`sentence_language`) starts
+    ``words``; raises naming the first word that differs."""
+    language = sentence_language(words)
+    if language not in LANGUAGE_VERSIONS:
+        raise LanguageError(2, f"unknown language version {language}; known: {', '.join(map(str, LANGUAGE_VERSIONS))}")
     best = (-1, None)
     for sk in space.sketches:
-        p = prompt_tokens(space, sk)
+        p = prompt_tokens(space, sk, language)
         if len(words) >= len(p) and list(words[: len(p)]) == p:
             return sk, len(p)
         n = next((i for i, (a, b) in enumerate(zip(words, p)) if a != b), min(len(words), len(p)))
@@ -315,12 +428,12 @@ def match_prompt(space: Space, words: Sequence[str]) -> tuple[Sketch, int]:
     got = words[n] if n < len(words) else "the end of the sentence"
     want = p[n] if n < len(p) else "the end"
     raise LanguageError(n, f"prompt does not match any sketch of this task/hardware: found {got!r}, "
-                           f"the closest prompt (sketch {_sketch_of(space, p)}) has {want!r}")
+                           f"the closest prompt (sketch {_sketch_of(space, p, language)}) has {want!r}")
 
 
-def _sketch_of(space: Space, prompt: list[str]) -> int:
+def _sketch_of(space: Space, prompt: list[str], language: int) -> int:
     for sk in space.sketches:
-        if prompt_tokens(space, sk) == prompt:
+        if prompt_tokens(space, sk, language) == prompt:
             return sk.sketch_id
     return -1
 
@@ -408,9 +521,12 @@ def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardw
         raise LanguageError(0, f"no sketch of {task.task_name} on {hardware.key} gives a valid program: "
                                + "; ".join(f"sketch {sk.sketch_id}: {sk.dead}" for sk in space.sketches))
     for sk in live:
-        p = prompt_tokens(space, sk)
-        if len(words) < len(p) and list(words) == p[: len(words)]:
-            nxt.add(p[len(words)])
+        for language in _languages_of(words):
+            if language not in LANGUAGE_VERSIONS:
+                continue
+            p = prompt_tokens(space, sk, language)
+            if len(words) < len(p) and list(words) == p[: len(words)]:
+                nxt.add(p[len(words)])
     if nxt:
         return nxt
     with _STATES_LOCK:  # states are not thread-safe; one request at a time walks them

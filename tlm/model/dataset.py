@@ -45,6 +45,7 @@ class DatasetConfig:
     held_out_models: tuple[str, ...] = HELD_OUT_MODELS  # whole models whose workloads form the test split
     hardware_keys: tuple[str, ...] = ()  # only these hardware keys (empty: every one in the corpus)
     seed: int = 0  # seeds the design-space sampling
+    language: int = 1  # prompt grammar version of its sentences (tlm.language.LANGUAGE_VERSIONS; absent: 1)
 
 
 @dataclass
@@ -120,7 +121,8 @@ def _row(sentence: Any, task: Task, hw: Hardware, split: str, source: str, laten
 SAMPLE_ATTEMPTS = 4
 
 
-def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: int = 0) -> list[dict]:
+def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: int = 0,
+                  language: int = 1) -> list[dict]:
     """Sentences of up to ``per_sketch`` random valid programs of every live sketch.
 
     MetaSchedule samples the decisions (its own distribution, as TLM pretrains); a sample the
@@ -146,7 +148,7 @@ def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: i
             if refusing_postproc(sch, task, hw) is not None:
                 continue
             kept += 1
-            s = encode(task, hw, trace)
+            s = encode(task, hw, trace, language=language)
             if s.text not in seen:  # identical samples teach nothing twice
                 seen.add(s.text)
                 rows.append(_row(s, task, hw, split, "sampled"))
@@ -154,7 +156,7 @@ def pretrain_rows(task: Task, hw: Hardware, per_sketch: int, split: str, seed: i
 
 
 def finetune_rows(records: Sequence[dict], task: Task, hw: Hardware, top_k: int, split: str,
-                  skipped: Counter) -> list[dict]:
+                  skipped: Counter, language: int = 1) -> list[dict]:
     """The ``top_k`` fastest successful records of each sketch of one task on one hardware
     (``top_k == 0``: every successful record, each labelled with its speed relative to the best)."""
     from tlm.language import LanguageError, encode
@@ -168,7 +170,7 @@ def finetune_rows(records: Sequence[dict], task: Task, hw: Hardware, top_k: int,
     rows = []
     for r in ok:
         try:
-            s = encode(task, hw, r["trace_json"])
+            s = encode(task, hw, r["trace_json"], language=language)
         except LanguageError as exc:
             skipped[f"not expressible: {exc.reason[:60]}"] += 1
             continue
@@ -192,7 +194,11 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
     from tqdm import tqdm
 
 
+    from tlm.language import LANGUAGE_VERSIONS
+
     config = config or DatasetConfig()
+    if config.language not in LANGUAGE_VERSIONS:
+        raise ValueError(f"unknown language version {config.language}; known: {', '.join(map(str, LANGUAGE_VERSIONS))}")
     os.makedirs(out_dir, exist_ok=True)
     for name in (PRETRAIN_FILE, FINETUNE_FILE):
         if os.path.exists(os.path.join(out_dir, name)):
@@ -218,13 +224,15 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
         for i, (wk, (task, models)) in enumerate(tqdm(order, desc=f"sentences {hk}", disable=not progress)):
             try:
                 if sampled is None:
-                    pre += pretrain_rows(task, hw, config.pretrain_per_sketch, splits[i], config.seed)
+                    pre += pretrain_rows(task, hw, config.pretrain_per_sketch, splits[i], config.seed,
+                                         config.language)
                 else:
                     rows, failure = sampled[i]
                     if failure is not None:
                         raise RuntimeError(failure)
                     pre += rows
-                fine += finetune_rows(by_task.get(wk, []), task, hw, config.finetune_top_k, splits[i], skipped)
+                fine += finetune_rows(by_task.get(wk, []), task, hw, config.finetune_top_k, splits[i], skipped,
+                                      config.language)
             except Exception as exc:  # noqa: BLE001 - one bad task never stops a build
                 skipped[f"task failed: {type(exc).__name__}"] += 1
                 logger.warning("task %s on %s skipped: %s", task.task_name, hk, str(exc)[:300])
@@ -254,11 +262,11 @@ def _sample_task(job: tuple) -> tuple[list[dict], str | None]:
     from collectors.hardware import hardware_for_key
     from collectors.tasks import task_from_index
 
-    workload, hardware_key, hardware_info, per_sketch, split, seed = job
+    workload, hardware_key, hardware_info, per_sketch, split, seed, language = job
     try:
         hw = hardware_for_key(hardware_key, hardware_info)
         fast_import.install_for_target(hw.target)  # a fresh process: the CPU intrinsics alone
-        return pretrain_rows(task_from_index(workload), hw, per_sketch, split, seed), None
+        return pretrain_rows(task_from_index(workload), hw, per_sketch, split, seed, language), None
     except Exception as exc:  # noqa: BLE001 - reported by the caller as a skipped task
         return [], f"{type(exc).__name__}: {str(exc)[:300]}"
 
@@ -273,7 +281,8 @@ def _sample_in_pool(corpus: Any, keys: Sequence[str], splits: Sequence[str], har
 
     rows = {w["workload_key"]: dict(w) for w in corpus.workloads()}
     info = dict(corpus.hardware_info(hardware_key))
-    jobs = [(rows[k], hardware_key, info, config.pretrain_per_sketch, s, config.seed) for k, s in zip(keys, splits)]
+    jobs = [(rows[k], hardware_key, info, config.pretrain_per_sketch, s, config.seed, config.language)
+            for k, s in zip(keys, splits)]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(tqdm(pool.map(_sample_task, jobs), total=len(jobs), desc=f"sampled programs {hardware_key}",
                          disable=not progress))

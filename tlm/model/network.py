@@ -34,6 +34,7 @@ class ModelConfig:
     pad_token_id: int = 0  # [PAD] of the tokenizer
     bos_token_id: int = 2  # [BOS]
     eos_token_id: int = 3  # [EOS]
+    language: int = 1  # the prompt grammar version it reads and writes (tlm.language.LANGUAGE_VERSIONS)
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -89,8 +90,14 @@ def gpt2_config(cfg: ModelConfig) -> Any:
         vocab_size=cfg.vocab_size, n_positions=cfg.n_positions, n_embd=cfg.n_embd,
         n_layer=cfg.n_layer, n_head=cfg.n_head, resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout,
         attn_pdrop=cfg.dropout, bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id,
-        pad_token_id=cfg.pad_token_id,
+        pad_token_id=cfg.pad_token_id, tlm_language=cfg.language,
     )
+
+
+def language_of(model: Any) -> int:
+    """The prompt grammar version a loaded model reads (its ``config.json`` says; 1 for models
+    saved before versions existed): the version its prompts must be written in."""
+    return int(getattr(model.config, "tlm_language", 1) or 1)
 
 
 def build_model(cfg: ModelConfig, *, seed: int = 0) -> Any:
@@ -128,6 +135,11 @@ def read_model_info(path: str) -> dict:
         return json.load(f)
 
 
+def model_language(path: str) -> int:
+    """The prompt grammar version of a model directory (what a dataset to fine-tune it is built in)."""
+    return int(read_model_info(path)["model_config"].get("language", 1))
+
+
 def load_model(path: str) -> tuple[Any, Any, ModelConfig]:
     """``(model, tokenizer, config)`` of a model directory, weights through safetensors only."""
     from tlm.model.tokenizer import load_tokenizer
@@ -135,6 +147,7 @@ def load_model(path: str) -> tuple[Any, Any, ModelConfig]:
     info = read_model_info(path)
     cfg = ModelConfig(**info["model_config"])
     model = load_weights(path)
+    model.config.tlm_language = cfg.language  # tlm_model.json is what the model says of itself
     model.eval()
     return model, load_tokenizer(path), cfg
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from tlm.language.numbers import DIGITS, number_vocabulary
 from tlm.language.space import INSTRUCTION_KINDS
-from tlm.language.words import BOS, EOS, GROUP_WORD, ISA_WORDS, LOCATION_WORDS, PAD, UNK
+from tlm.language.words import BOS, EOS, GROUP_WORD, ISA_WORDS, LAYOUT_WORDS, LOCATION_WORDS, PAD, UNK
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ STRUCTURE_WORDS = (
     "hw", "cpu", "cuda", "arch", "cores", "sms", "vector", "isa", "task", "name", "block", "iters",
     "S", "R", "O", "dtype", "sketch", "of", "decide", "n", "extent", "inner", "any", "part",
     "factor", "locations", "var", "max", "unknown", "main", "void",
-    *GROUP_WORD.values(), *LOCATION_WORDS.values(),
+    *GROUP_WORD.values(), *LOCATION_WORDS.values(), *LAYOUT_WORDS,
 )
 ANNOTATION_WORDS = (
     "parallel", "vectorize", "unroll_explicit", "unroll_implicit", "tiling_structure",
@@ -92,18 +92,37 @@ def build_tokenizer(extra_words: Iterable[str] = (), *, model_max_length: int = 
     Sentences already carry ``[BOS]``/``[EOS]``, so no template adds them; unknown words
     become ``[UNK]``. ``model_max_length`` bounds a sentence in tokens.
     """
+    vocab = {w: i for i, w in enumerate(language_vocabulary(extra_words))}
+    fast = _fast(vocab, model_max_length)
+    logger.debug("tokenizer with %d words", len(vocab))
+    return fast
+
+
+def _fast(vocab: dict[str, int], model_max_length: int) -> Any:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {w: i for i, w in enumerate(language_vocabulary(extra_words))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
         model_max_length=model_max_length, padding_side="left",
     )
-    logger.debug("tokenizer with %d words", len(vocab))
     return fast
+
+
+def extend_tokenizer(tokenizer: Any, words: Iterable[str]) -> Any:
+    """``tokenizer`` with ``words`` it lacks appended (ids after its own, in the given order), so a
+    model's embedding rows for its words keep their meaning: how a base model trained in an older
+    language version learns the words of a newer one. The same tokenizer when it lacks none."""
+    vocab = dict(tokenizer.get_vocab())
+    new = [w for w in dict.fromkeys(words) if w not in vocab]
+    if not new:
+        return tokenizer
+    nxt = max(vocab.values()) + 1
+    for i, w in enumerate(new):
+        vocab[w] = nxt + i
+    return _fast(vocab, tokenizer.model_max_length)
 
 
 def load_tokenizer(path: str) -> Any:

@@ -193,6 +193,21 @@ def evaluate(model: Any, session: Any, enc: dict, cfg: TrainConfig, device: Any)
     return {"eval_loss": loss_tok / tokens, "eval_accuracy": correct / tokens, "eval_sentences": int(sentences)}
 
 
+def grow_vocabulary(model: Any, size: int) -> None:
+    """Give ``model`` embedding rows up to ``size`` words, each new one the mean of its trained
+    rows (deterministic, so every worker starts the same; the output layer is tied to them):
+    how a base fine-tuned into a newer language version meets the words it never saw."""
+    import torch
+
+    old = model.get_input_embeddings().weight.shape[0]
+    if size <= old:
+        return
+    model.resize_token_embeddings(size, mean_resizing=False)
+    with torch.no_grad():
+        w = model.get_input_embeddings().weight
+        w[old:] = w[:old].mean(0)
+
+
 def train_loop_per_worker(config: dict) -> None:
     """Train a TLM; the body of every Ray Train worker (or called directly with a LocalSession).
 
@@ -219,6 +234,9 @@ def train_loop_per_worker(config: dict) -> None:
         state = load_train_state(resume_dir) if resume_dir else None
         start = resume_dir if state else config.get("base_model_path")
         model = load_weights(start) if start else build_model(mcfg, seed=cfg.seed)
+        if not state and start:  # a base: it may learn a newer language's words (cluster.train_job.prepare)
+            grow_vocabulary(model, mcfg.vocab_size)
+        model.config.tlm_language = mcfg.language
         model, device = session.prepare(model)  # placed (and DDP-wrapped) before the optimizer sees it
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         if state:

@@ -117,7 +117,9 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     out = Generation(task.task_name, task.workload_key, hardware.key, sketches=len(sketches))
     if not sketches:
         raise ValueError(f"{task.task_name} has no sketch that gives a valid program on {hardware.key}")
-    prompts = [prompt_tokens(space, sk) for sk in sketches]
+    from tlm.model.network import language_of
+
+    prompts = [prompt_tokens(space, sk, language_of(model)) for sk in sketches]
     with _torch_threads(DECODE_THREADS):
         t0 = time.perf_counter()
         if ranker is None:
