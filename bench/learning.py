@@ -103,8 +103,10 @@ def student(hardware: Any, model_dir: str, *, corpus_dir: str | None, n: int, tr
     the teacher's best program (the corpus's fastest record) and MetaSchedule@256 (on held-out
     workloads only where its search is cached), in one call per workload."""
     from bench.references import cache_path, reference_search
+    from collectors.failure_modes import modes_of_schedule
     from collectors.judge import Method
     from collectors.tir import schedule_of
+    from tlm.language import encode
     from tlm.model.network import load_model
     from tlm.service.catalog import ranker_for
     from tlm.service.generator import generate
@@ -123,9 +125,18 @@ def student(hardware: Any, model_dir: str, *, corpus_dir: str | None, n: int, tr
         if ranker is not None:
             gr = generate(t, hardware, model, tok, k=1, ranker=ranker)
             methods["tlm_ranked_top1"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s + gr.rank_s)
-        rows.append(_judged(t, hardware, methods))
+        row = _judged(t, hardware, methods)
+        # look at the programs: their static failure modes, and whether the greedy one is the teacher's
+        row["modes"] = {m: list(modes_of_schedule(methods[m].schedules[0], hardware)) for m in
+                        ("tlm_top1", "tlm_ranked_top1", "corpus_best") if m in methods}
+        teacher = encode(t, hardware, best[t.workload_key]["trace_json"])
+        top1 = g.candidates[0]
+        row["top1_is_teacher"] = top1.sketch_id == teacher.sketch_id and tuple(top1.decisions) == tuple(teacher.decisions)
+        rows.append(row)
+    in_mode = [bool(r["modes"]["tlm_top1"]) for r in rows]
     return {"model": os.path.basename(os.path.normpath(model_dir)), "ranked_by": ranked_by, "workloads": len(rows),
-            "tasks": rows,
+            "tasks": rows, "top1_in_a_failure_mode": sum(in_mode) / max(1, len(in_mode)),
+            "top1_is_teacher": sum(r["top1_is_teacher"] for r in rows),
             "top1_vs_teacher": speed_over(rows, "tlm_top1", "corpus_best"),
             "ranked_top1_vs_teacher": speed_over(rows, "tlm_ranked_top1", "corpus_best"),
             "top1_vs_ms_256": speed_over(rows, "tlm_top1", ms),
@@ -193,12 +204,15 @@ def report_md(res: dict) -> str:
             continue
         lines += ["", f"The student {what}:", "",
                   "| key | round | workloads | model (ranked by) | top-1 vs teacher | ranked top-1 vs teacher | "
-                  "top-1 vs MS@256 | ranked top-1 vs MS@256 |", "|---|---:|---:|---|---:|---:|---:|---:|"]
+                  "top-1 vs MS@256 | ranked top-1 vs MS@256 | top-1 in a failure mode | top-1 = teacher's program |",
+                  "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
         for key, rounds in res[section].items():
             for rnd, e in sorted(rounds.items(), key=lambda kv: int(kv[0])):
                 lines.append(f"| {key} | {rnd} | {e['workloads']} | {e['model']} ({e['ranked_by']}) | "
                              f"{f(e['top1_vs_teacher'])} | {f(e['ranked_top1_vs_teacher'])} | "
-                             f"{f(e['top1_vs_ms_256'])} | {f(e['ranked_top1_vs_ms_256'])} |")
+                             f"{f(e['top1_vs_ms_256'])} | {f(e['ranked_top1_vs_ms_256'])} | "
+                             + ("-" if "top1_in_a_failure_mode" not in e else f"{e['top1_in_a_failure_mode']:.0%}")
+                             + f" | {e.get('top1_is_teacher', '-')} of {e['workloads']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -108,7 +108,12 @@ def test_the_teacher_figure_needs_its_references_and_says_how_to_get_them(znver4
                                                          "ranked_top1_vs_teacher": 0.5, "top1_vs_ms_256": 0.25,
                                                          "ranked_top1_vs_ms_256": None}}}})
     assert "| cpu-x-2c | 0 | 16 | 0.80x | 0.77x | - | 49% |" in md
-    assert "| cpu-x-2c | 0 | 16 | m (its own) | 0.30x | 0.50x | 0.25x | - |" in md
+    assert "| cpu-x-2c | 0 | 16 | m (its own) | 0.30x | 0.50x | 0.25x | - | - | - of 16 |" in md  # before modes were kept
+    md = report_md({"student_train": {"cpu-x-2c": {"1": {"model": "m", "ranked_by": "its own", "top1_vs_teacher": 0.3,
+                                                         "workloads": 16, "ranked_top1_vs_teacher": 0.5,
+                                                         "top1_vs_ms_256": 0.25, "ranked_top1_vs_ms_256": None,
+                                                         "top1_in_a_failure_mode": 0.25, "top1_is_teacher": 3}}}})
+    assert "| cpu-x-2c | 1 | 16 | m (its own) | 0.30x | 0.50x | 0.25x | - | 25% | 3 of 16 |" in md
 
 
 def test_the_held_out_sample_is_the_heaviest_held_out_workloads_the_corpus_measured(znver4_hw):

@@ -178,3 +178,21 @@ def test_compute_locations_equal_brute_force_probes(tasks, cpu_hw, name):
 
         Trace(sk.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
     assert checked > 0
+
+
+def test_a_tiled_matmul_decodes_without_a_live_replay_and_a_softmax_with_one(tasks, cpu_hw):
+    """The matmul's tiles split the block's own loops and nothing is computed at a chosen loop:
+    its domains come from the sketch (no TVM while decoding); the softmax chooses compute
+    locations, which only a live replay lists."""
+    from tlm.language import DecisionState, live_sketches
+    from tlm.language.replay import LiveReplay, StaticReplay, static_domains
+
+    mm = build_space(tasks["matmul"], cpu_hw)
+    assert all(static_domains(sk, "cpu") for sk in mm.sketches)
+    assert isinstance(DecisionState(mm, mm.sketches[0], 0).replay, StaticReplay)
+    sm = build_space(tasks["softmax"], cpu_hw)
+    at = [sk for sk in live_sketches(sm) if any(c.kind == "at" for c in sk.choices)]
+    assert at and not any(static_domains(sk, "cpu") for sk in at)
+    state = DecisionState(sm, at[0], 0)
+    assert isinstance(state.replay, LiveReplay)
+    state.close()

@@ -43,3 +43,46 @@ def test_every_zoo_task_gets_valid_schedules(zoo_tasks, cpu_hw):
             assert all(c.schedule is not None for c in g.candidates)
         models.add(task.model)
     assert len(zoo_tasks) >= 60 and {"resnet50", "bert_base", "gpt2", "llama7b_layer"} <= models
+
+
+def _walk_both(space, sketch, rng):
+    """A random walk read by a DecisionState on the sketch-only domains and one on a live replay:
+    the legal words at every step."""
+    from tlm.language import DecisionState
+    from tlm.language.replay import LiveReplay
+
+    fast, live = DecisionState(space, sketch, 0), DecisionState(space, sketch, 0)
+    live.replay.close()
+    live.replay = LiveReplay(sketch, space.task.mod, cache_key=(space.uid,))
+    try:
+        while not fast.ended:
+            legal = fast.legal()
+            assert legal == live.legal(), (space.task.task_name, sketch.sketch_id, fast.values)
+            word = rng.choice(sorted(legal))
+            fast.feed(word)
+            live.feed(word)
+        assert live.ended
+    finally:
+        fast.close()
+        live.close()
+
+
+def test_sketch_only_domains_are_what_a_live_replay_gives(zoo_tasks, cpu_hw):
+    """Where a sketch's domains are read from the sketch alone (``replay.static_domains``: no live
+    replay while decoding), a live replay along random walks allows the same words at every step."""
+    import random
+
+    from tlm.language import build_space, live_sketches
+    from tlm.language.replay import static_domains
+
+    rng, static, live = random.Random(0), 0, 0
+    for task in zoo_tasks:
+        space = build_space(task, cpu_hw)
+        for sk in live_sketches(space):
+            if not static_domains(sk, cpu_hw.kind):
+                live += 1
+                continue
+            static += 1
+            for _ in range(2):
+                _walk_both(space, sk, rng)
+    assert static >= 40 and live >= 5, (static, live)

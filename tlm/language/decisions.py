@@ -51,12 +51,13 @@ class DecisionState:
     """
 
     def __init__(self, space: Space, sketch: Sketch, prompt_len: int) -> None:
-        from tlm.language.replay import LiveReplay
+        from tlm.language.replay import LiveReplay, StaticReplay, static_domains
 
         self.space, self.sketch = space, sketch
         self.position = prompt_len  # token position of the next word
         key = (space.uid,)
-        self.replay = LiveReplay(sketch, space.task.mod, cache_key=key)
+        self.replay = StaticReplay(sketch) if static_domains(sketch, space.hardware.kind) else \
+            LiveReplay(sketch, space.task.mod, cache_key=key)
         self.values: list[tuple[Choice, Any]] = []  # (choice, decision value) so far
         self.ended = False  # [EOS] seen
         self._in_group = False
