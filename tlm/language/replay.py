@@ -266,9 +266,11 @@ class LiveReplay:
         return value
 
 
-#: Instructions that leave every loop's extent and every loop handle as they were.
+#: Instructions that leave the loops of every remaining block as they were (inlining a block into
+#: its consumer, or a consumer into its producer, changes a body, not the other block's nest).
 _NEST_KEEPING = {"GetSBlock", "GetLoops", "GetConsumers", "GetProducers", "GetChildBlocks", "GetOutputBlocks",
-                 "Annotate", "Unannotate", "SamplePerfectTile", "SamplePartitionedTile", "SampleCategorical"}
+                 "Annotate", "Unannotate", "SamplePerfectTile", "SamplePartitionedTile", "SampleCategorical",
+                 "ComputeInline", "ReverseComputeInline"}
 
 
 def static_domains(sketch: Any, hardware_kind: str = "cpu") -> bool:
