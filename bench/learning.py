@@ -17,6 +17,14 @@ of its 64 fastest records per workload, ``bench.quality.teacher_modes``) is stor
 its greedy and ranked top-1 (ranked by ``tlm.service.catalog.ranker_for``) against the teacher's
 best program and MetaSchedule@256, in ``student_train``.
 
+``coverage --sets DIR --base MODEL`` is the learning curve of item 5: the same fine-tune recipe on
+nested subsets of the training workloads of a sentence set (a quarter, a half: the workloads in the
+order of a hash of their key), each student judged on the held-out workloads as ``student --set
+heldout`` judges; the full set's point is the ``student_heldout`` entry of ``--full-round``:
+
+    .venv/bin/python -m bench.learning coverage --sets work/ei/sets-r1 --base models/tlm-small-pretrain \
+        --corpus work/ei/corpus --full-round 1 --tasks 8
+
 Writes ``bench/results/learning.json`` (``teacher`` and ``student_train`` keyed by hardware key
 and round; ``student_heldout`` and ``coverage_curve`` join it as those rounds run) and its
 Markdown; a round measured again replaces its entry, other rounds are kept.
@@ -143,9 +151,58 @@ def student(hardware: Any, model_dir: str, *, corpus_dir: str | None, n: int, tr
             "ranked_top1_vs_ms_256": speed_over(rows, "tlm_ranked_top1", ms)}
 
 
+def subset_sets(sets_dir: str, fraction: float, out_dir: str) -> dict:
+    """``sets_dir``'s fine-tuning set with only ``fraction`` of its training workloads (the first
+    of them by a hash of the workload key, so a smaller subset is inside a larger one; the test
+    split whole), written to ``out_dir`` with the same metadata. Its sizes."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tlm.model.dataset import FINETUNE_FILE
+
+    table = pq.read_table(os.path.join(sets_dir, FINETUNE_FILE))
+    train = sorted({w for w, s in zip(table["workload_key"].to_pylist(), table["split"].to_pylist()) if s == "train"},
+                   key=lambda w: hashlib.sha256(w.encode()).hexdigest())
+    keep = set(train[: max(1, round(fraction * len(train)))])
+    sub = table.filter(pc.or_(pc.equal(table["split"], "test"),
+                              pc.is_in(table["workload_key"], value_set=pa.array(sorted(keep)))))
+    os.makedirs(out_dir, exist_ok=True)
+    pq.write_table(sub, os.path.join(out_dir, FINETUNE_FILE))
+    return {"fraction": fraction, "train_workloads": len(keep), "of_train_workloads": len(train),
+            "rows": sum(1 for s in sub["split"].to_pylist() if s == "train")}
+
+
+def coverage(hardware: Any, sets_dir: str, base: str, fractions: list[float], *, corpus_dir: str | None, n: int,
+             work: str, epochs: float, lr: float) -> list[dict]:
+    """The held-out student of each fraction of the training workloads (module docstring); a
+    subset's model already trained under ``work`` is judged again, not retrained."""
+    import subprocess
+    import sys
+
+    points = []
+    for frac in fractions:
+        name = f"coverage-{round(frac * 100)}"
+        sub = subset_sets(sets_dir, frac, os.path.join(work, "sets", name))
+        model_dir = os.path.join(work, "models", name)
+        if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+            cmd = [sys.executable, "-m", "cluster.cli", "train", "--stage", "finetune", "--hardware", hardware.key,
+                   "--base", base, "--dataset", os.path.join(work, "sets", name),
+                   "--workers", "2", "--out", os.path.join(work, "models"), "--name", name, "--no-register",
+                   "--eval-every", "100000", "--epochs", str(epochs), "--lr", str(lr)]
+            print(f"== {name}: {sub['train_workloads']} of {sub['of_train_workloads']} training workloads, "
+                  f"{sub['rows']} rows", flush=True)
+            subprocess.run(cmd, check=True, env=os.environ | {"RAY_USAGE_STATS_ENABLED": "0"})
+        refuse_beside_measuring("judge a coverage point")
+        points.append(sub | student(hardware, model_dir, corpus_dir=corpus_dir, n=n, heldout=True))
+    return points
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("teacher", "student"))
+    ap.add_argument("what", choices=("teacher", "student", "coverage"))
     ap.add_argument("--round", type=int, default=0, help="the expert-iteration round the corpus (or model) is at")
     ap.add_argument("--model", default=None, help="student: the model directory")
     ap.add_argument("--corpus", default=None)
@@ -155,15 +212,35 @@ def main() -> None:
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--if-missing", action="store_true",
                     help="judge only when --out has no entry of this round on this key yet (a resumed round)")
+    ap.add_argument("--sets", help="coverage: the sentence set whose training workloads are subset")
+    ap.add_argument("--base", default="models/tlm-small-pretrain", help="coverage: the base model each subset fine-tunes")
+    ap.add_argument("--fractions", default="0.25,0.5", help="coverage: fractions of the training workloads")
+    ap.add_argument("--full-round", type=int, default=None,
+                    help="coverage: the round whose student_heldout entry is the full set's point")
+    ap.add_argument("--epochs", type=float, default=64)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--work", default="work/coverage", help="coverage: where subsets and their models go")
     args = ap.parse_args()
     if args.what == "student" and not args.model:
         ap.error("student needs --model DIR")
+    if args.what == "coverage" and not args.sets:
+        ap.error("coverage needs --sets DIR")
 
     from bench.judging import pin_sample, training_sample
     from collectors.hardware import detect_hardware
 
     hw = detect_hardware("cpu")
     res = json.load(open(args.out)) if os.path.exists(args.out) else {}
+    if args.what == "coverage":
+        points = coverage(hw, args.sets, args.base, [float(x) for x in args.fractions.split(",")],
+                          corpus_dir=args.corpus, n=args.tasks, work=args.work, epochs=args.epochs, lr=args.lr)
+        full = res.get("student_heldout", {}).get(hw.key, {}).get(str(args.full_round))
+        if full is not None:
+            points.append({"fraction": 1.0, "round": args.full_round} | full)
+        res.setdefault("coverage_curve", {})[hw.key] = {"sets": args.sets, "base": args.base, "epochs": args.epochs,
+                                                        "lr": args.lr, "machine": machine(hw), "points": points}
+        _write(res, args.out)
+        return
     section = "teacher" if args.what == "teacher" else f"student_{args.set}"
     if args.if_missing and str(args.round) in res.get(section, {}).get(hw.key, {}):
         print(f"{section} of round {args.round} on {hw.key} is in {args.out} already: not judged again")
@@ -177,10 +254,14 @@ def main() -> None:
         entry = student(hw, args.model, corpus_dir=args.corpus, n=args.tasks, heldout=args.set == "heldout")
     entry.update(machine=machine(hw), wall_s=round(time.time() - t0), corpus=args.corpus or "data/corpus")
     res.setdefault(section, {}).setdefault(hw.key, {})[str(args.round)] = entry
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
+    _write(res, args.out)
+
+
+def _write(res: dict, out: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(res, f, indent=2)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write(report_md(res))
     print(report_md(res))
 
@@ -213,6 +294,16 @@ def report_md(res: dict) -> str:
                              f"{f(e['top1_vs_ms_256'])} | {f(e['ranked_top1_vs_ms_256'])} | "
                              + ("-" if "top1_in_a_failure_mode" not in e else f"{e['top1_in_a_failure_mode']:.0%}")
                              + f" | {e.get('top1_is_teacher', '-')} of {e['workloads']} |")
+    for key, curve in res.get("coverage_curve", {}).items():
+        lines += ["", f"Coverage (item 5): the held-out student against the training workloads it learnt from "
+                      f"({key}; {curve['epochs']:g} epochs, lr {curve['lr']:g}, from {curve['base']}):", "",
+                  "| training workloads | rows | top-1 vs teacher | ranked top-1 vs teacher | top-1 in a failure mode |",
+                  "|---:|---:|---:|---:|---:|"]
+        for p in sorted(curve["points"], key=lambda p: p["fraction"]):
+            count = f"{p['train_workloads']} ({p['fraction']:.0%})" if "train_workloads" in p else "all"
+            lines.append(f"| {count} | {p.get('rows', '-')} | {f(p['top1_vs_teacher'])} | "
+                         f"{f(p['ranked_top1_vs_teacher'])} | "
+                         + ("-" if "top1_in_a_failure_mode" not in p else f"{p['top1_in_a_failure_mode']:.0%}") + " |")
     return "\n".join(lines) + "\n"
 
 

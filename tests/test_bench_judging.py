@@ -126,3 +126,24 @@ def test_the_held_out_sample_is_the_heaviest_held_out_workloads_the_corpus_measu
     assert len(tasks) == 3 and tasks == sorted(tasks, key=heaviest_first)
     assert all(t.op_kind in SEARCHED_KINDS and set(t.weights) <= set(HELD_OUT_MODELS) for t in tasks)
     assert all(best[t.workload_key]["latency_s"] > 0 for t in tasks)
+
+
+def test_coverage_subsets_are_nested_and_keep_the_test_split(tmp_path):
+    import pyarrow.parquet as pq
+
+    from bench.learning import subset_sets
+    from tests.helpers.corpora import sentence_sets
+    from tlm.model.dataset import built_with
+
+    sets = sentence_sets(tmp_path / "s", per_sketch=0, top_k=4)[0]
+    full = pq.read_table(sets / "finetune.parquet").to_pylist()
+    kept = {}
+    for frac in (0.5, 1.0):
+        info = subset_sets(str(sets), frac, str(tmp_path / str(frac)))
+        rows = pq.read_table(tmp_path / str(frac) / "finetune.parquet").to_pylist()
+        assert built_with(str(tmp_path / str(frac) / "finetune.parquet")) == built_with(str(sets / "finetune.parquet"))
+        assert [r for r in rows if r["split"] == "test"] == [r for r in full if r["split"] == "test"]
+        kept[frac] = {r["workload_key"] for r in rows if r["split"] == "train"}
+        assert info["train_workloads"] == len(kept[frac]) and info["rows"] == sum(r["split"] == "train" for r in rows)
+    assert kept[0.5] < kept[1.0] or len(kept[1.0]) == 1
+    assert kept[1.0] == {r["workload_key"] for r in full if r["split"] == "train"}
