@@ -105,6 +105,9 @@ def main() -> None:
     ap.add_argument("--ms-trials", type=int, default=64)
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--in-process-only", action="store_true",
+                    help="only the in-process generator's latency (no server, no search), to --out's "
+                         "serve_in_process.json beside it")
     args = ap.parse_args()
 
     import httpx
@@ -143,6 +146,11 @@ def main() -> None:
     print(f"in process: p50 {inproc['threads_1']['p50_s'] * 1e3:.0f} ms (1 thread), "
           f"{inproc['transformers_generate']['p50_s'] * 1e3:.0f} ms with transformers.generate; same schedules on "
           f"{inproc['transformers_generate']['same_schedules']}/{len(tasks)} tasks")
+    if args.in_process_only:
+        out = os.path.join(os.path.dirname(args.out), "serve_in_process.json")
+        with open(out, "w") as f:
+            json.dump(res, f, indent=2)
+        return
     res["sketches"] = sketch_cost(tasks, hw, model, tok)
 
     # over HTTP

@@ -37,27 +37,16 @@ def make_task(mod, name: str, op_kind: str):
     return Task(workload_key=workload_key(mod), task_name=name, mod=mod, op_kind=op_kind)
 
 
-def matmul(n: int = 64, m: int = 64, k: int = 64, dtype: str = "float32") -> Any:
-    """C[n, m] = A[n, k] @ B[k, m]."""
+def matmul(n: int = 64, m: int = 64, k: int = 64, dtype: str = "float32", *, transpose_b: bool = False) -> Any:
+    """C[n, m] = A[n, k] @ B[k, m]; with ``transpose_b``, A[n, k] @ B[m, k]^T: the same shape and
+    iterators, B read along k."""
     import tvm
     from tvm import te
 
     a = te.placeholder((n, k), name="A", dtype=dtype)
-    b = te.placeholder((k, m), name="B", dtype=dtype)
+    b = te.placeholder((m, k) if transpose_b else (k, m), name="B", dtype=dtype)
     r = te.reduce_axis((0, k), name="k")
-    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
-    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
-
-
-def matmul_nt(n: int = 64, m: int = 64, k: int = 64, dtype: str = "float32") -> Any:
-    """C[n, m] = A[n, k] @ B[m, k]^T: the same shape and iterators as :func:`matmul`, B read along k."""
-    import tvm
-    from tvm import te
-
-    a = te.placeholder((n, k), name="A", dtype=dtype)
-    b = te.placeholder((m, k), name="B", dtype=dtype)
-    r = te.reduce_axis((0, k), name="k")
-    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[j, r], axis=r), name="C")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * (b[j, r] if transpose_b else b[r, j]), axis=r), name="C")
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 

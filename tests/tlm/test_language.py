@@ -184,10 +184,10 @@ def _prompt(task, hw, sketch_id=0, language=2):
 def test_version_2_prompt_shows_which_iterators_index_each_dimension(cpu_hw):
     """An NN and an NT matmul of one shape read the same in version 1; version 2 says B's contiguous
     (last) dimension is walked by j (iterator 1) in one and by k (iterator 2) in the other."""
-    from tests.helpers.workloads import make_task, matmul, matmul_nt
+    from tests.helpers.workloads import make_task, matmul
 
     nn = make_task(matmul(64, 48, 32), "matmul", "matmul")
-    nt = make_task(matmul_nt(64, 48, 32), "matmul", "matmul")
+    nt = make_task(matmul(64, 48, 32, transpose_b=True), "matmul", "matmul")
     v1 = [_prompt(t, cpu_hw, language=1) for t in (nn, nt)]
     assert v1[0] == v1[1]
     a, b = (" ".join(_prompt(t, cpu_hw)) for t in (nn, nt))
