@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from collectors.hardware import vector_registers
 from collectors.tir import block_realizes, contiguous_axis, is_reduction
 
 #: every mode, in the order reports list them
@@ -52,14 +53,6 @@ class LoopShape:
     lanes: int  # vector lanes of the written dtype on the target
     registers: int  # vector registers of the target
     contiguous_input: bool  # the stride-1 output axis is the last dimension of an input the block reads
-
-
-def vector_registers(hardware: Any) -> int:
-    """Architectural vector registers of a CPU target: 32 with AVX-512, else 16 (AVX2, SSE, NEON's 32 aside)."""
-    isa = tuple(getattr(hardware, "isa", ()) or ())
-    if any(f.startswith("avx512") for f in isa):
-        return 32
-    return 32 if str(getattr(hardware, "arch", "")).startswith(("armv8", "aarch64", "neoverse", "apple")) else 16
 
 
 def _vars(expr: Any) -> set:

@@ -121,6 +121,14 @@ def vector_bits_of(isa: tuple[str, ...]) -> int:
     return 128
 
 
+def vector_registers(hardware: "Hardware") -> int:
+    """Architectural vector registers of a CPU target: 32 with AVX-512, else 16 (AVX2, SSE, NEON's 32 aside)."""
+    isa = tuple(getattr(hardware, "isa", ()) or ())
+    if any(f.startswith("avx512") for f in isa):
+        return 32
+    return 32 if str(getattr(hardware, "arch", "")).startswith(("armv8", "aarch64", "neoverse", "apple")) else 16
+
+
 def nearness(want: Hardware, have: Hardware) -> tuple[int, float, int]:
     """How close ``have`` is to ``want`` as a source of schedules, as a sortable tuple (larger is
     nearer): same kind first (a CPU schedule means nothing to a GPU), then the same vector width

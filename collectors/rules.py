@@ -231,7 +231,7 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64) -> d
     innermost spatial level, the inner reduction level sized so the micro-panels of both inputs
     stay in half the L1, the next spatial level (rows x columns of micro-tiles) so a block of the
     reused input stays in the L2, the outermost level over the cores, the rest between."""
-    from collectors.failure_modes import vector_registers
+    from collectors.hardware import vector_registers
 
     lanes = max(1, hardware.vector_bits // 32)
     rows_ext = axes.extents[axes.rows] if axes.rows is not None else 1

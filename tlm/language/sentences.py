@@ -79,14 +79,11 @@ from collectors.tasks import Task
 from tlm.language.decisions import DecisionState, live_sketches
 from tlm.language.errors import LanguageError
 from tlm.language.numbers import number_tokens
-from tlm.language.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space, sblocks
-from tlm.language.words import (
-    BOS, DECIDE, DEFAULT_LANGUAGE, EOS, GROUP_WORD, ISA_WORDS, LANGUAGE_VERSIONS, LOCATION_WORDS, word_order)
+from tlm.language.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space
+from tlm.language.prompt import prompt_languages, prompt_tokens, sentence_language
+from tlm.language.words import DEFAULT_LANGUAGE, EOS, GROUP_WORD, LANGUAGE_VERSIONS, LOCATION_WORDS, word_order
 
 logger = logging.getLogger(__name__)
-
-_ITER_WORD = {0: "S", 2: "R"}  # DataPar, CommReduce; anything else is "O" (ordered/opaque)
-
 
 @dataclass(frozen=True)
 class Sentence:
@@ -110,201 +107,6 @@ class Sentence:
 
     def __str__(self) -> str:
         return self.text
-
-
-# ------------------------------------------------------------------------------------------
-# prompt
-# ------------------------------------------------------------------------------------------
-def hardware_tokens(hw: Hardware, *, language: int = 1) -> list[str]:
-    """The hardware part of a prompt (CPU ISA and vector width derived from the target's
-    ``mcpu`` via LLVM, so a stored target gives the same words as a live machine; version 2 adds
-    the CPU's vector registers, which bound a register tile)."""
-    from dataclasses import replace
-
-    from collectors.failure_modes import vector_registers
-    from collectors.hardware import isa_of, vector_bits_of
-
-    if hw.kind == "cpu":
-        isa = isa_of(hw)
-        cores = int(hw.target.get("num-cores", hw.cores))
-        vector = vector_bits_of(isa) if isa else hw.vector_bits
-    else:
-        isa, cores, vector = (), hw.cores, hw.vector_bits
-    out = ["hw", hw.kind, "arch", hw.arch or "unknown", "sms" if hw.kind == "cuda" else "cores"]
-    out += number_tokens(cores) + ["vector"] + number_tokens(vector)
-    flags = [f for f in ISA_WORDS if f in set(isa)]
-    if flags:
-        out += ["isa", *flags]
-    if language >= 2 and hw.kind == "cpu":
-        out += ["regs", *number_tokens(vector_registers(replace(hw, isa=tuple(isa))))]
-    return out
-
-
-def task_tokens(task: Task, *, language: int = 1, vector_bits: int = 0) -> list[str]:
-    """The task part of a prompt: op kind, name words, every block's iterators and dtype; version
-    2 adds the dtype's vector lanes (of ``vector_bits``, when given) and, for every buffer the
-    block reads and then writes, which of its iterators index each dimension, in order."""
-    out = ["task", task.op_kind or "unknown", "name", *_name_words(task.task_name or "main")]
-    last_dtype = None
-    for block, name, iters, dtype in _blocks(task.mod):
-        out += ["block", *_name_words(name), "iters"]
-        for kind, extent in iters:
-            out += [_ITER_WORD.get(kind, "O"), *(number_tokens(extent) if extent is not None else ["var"])]
-        out += ["dtype", dtype]
-        if language >= 2:
-            bits = _dtype_bits(dtype)
-            if vector_bits and bits and dtype != last_dtype:  # said again only where the dtype changes
-                out += ["lanes", *number_tokens(max(1, vector_bits // bits))]
-            last_dtype = dtype
-            for word, dims in _accesses(block):
-                out.append(word)
-                if dims == [[i] for i in range(len(dims))] and dims:  # dimension d indexed by iterator d
-                    out.append("identity")
-                    continue
-                for used in dims:
-                    out += ["dim", *(w for i in used for w in number_tokens(i))]
-    return out
-
-
-def _dtype_bits(dtype: str) -> int:
-    """Bits of a scalar dtype word (``float32`` 32, ``bool`` 8); 0 when it names none."""
-    import re
-
-    if dtype == "bool":
-        return 8
-    m = re.search(r"\d+", dtype)
-    return int(m.group()) if m else 0
-
-
-def _accesses(block: Any) -> list[tuple[str, list[list[int]]]]:
-    """``("read" | "write", [iterator positions per dimension])`` of every buffer ``block`` reads
-    (the written ones aside: a reduction's update reads its output) and then writes."""
-    from tvm.tirx.analysis import undefined_vars
-
-    position = {iv.var: i for i, iv in enumerate(block.iter_vars)}
-
-    def dims(region: Any) -> list[list[int]]:
-        out = []
-        for rng in region.region:
-            used = {position[v] for v in undefined_vars(rng.min) if v in position}
-            out.append(sorted(used))
-        return out
-
-    written = list(block.writes)
-    reads = [r for r in block.reads if not any(r.source.same_as(w.source) for w in written)]
-    return [("read", dims(r)) for r in reads] + [("write", dims(w)) for w in written]
-
-
-def sketch_tokens(space: Space, sketch: Sketch, *, language: int = 1) -> list[str]:
-    """The sketch part of a prompt: its instruction skeleton and the facts bounding each choice
-    (version 2: and after which tile level a consumer or cache write is computed)."""
-    out = ["sketch", *number_tokens(sketch.sketch_id), "of", *number_tokens(len(space.sketches))]
-    by_index = {c.inst_index: c for c in sketch.choices}
-    levels = _compute_at_levels(sketch) if language >= 2 else {}
-    for i, kind in enumerate(sketch.kinds):
-        c = by_index.get(i)
-        out.append(kind)
-        if i in levels:
-            out += ["level", *levels[i]]
-        if kind == "Annotate":
-            key = sketch.ann_keys.get(i, "")
-            out.append(key.removeprefix("meta_schedule."))
-            if c is not None:
-                out += ["max", *number_tokens(c.max_parallel)]
-        elif c is None:
-            continue
-        elif c.kind == "tile":
-            out += ["n", *number_tokens(c.n), "extent", *_maybe(c.extent), "inner"]
-            out += number_tokens(c.max_innermost) if c.max_innermost > 0 else ["any"]
-        elif c.kind == "ptile":
-            out += ["n", *number_tokens(c.n), "extent", *_maybe(c.extent), "part",
-                    *number_tokens(c.partition_pos), "factor", *number_tokens(c.innerpart_factor)]
-        elif c.kind == "pick":
-            out += ["n", *number_tokens(len(c.candidates))]
-            for v in c.candidates:
-                out += number_tokens(v)
-        elif c.kind == "at":
-            out += ["locations", *_maybe(c.n_locations)]
-    return out
-
-
-def _compute_at_levels(sketch: Sketch) -> dict[int, list[str]]:
-    """Position of every ``ReverseComputeAt``/``ComputeAt`` -> the words of the tile level its loop
-    is: ``n`` when the loop is the n-th (outermost first) of the loops a ``Split`` (or
-    ``GetLoops``) made, ``var`` when a sampled compute location chose it. Two sketches that fuse
-    a consumer (or a cache write) under different tiles differ here and nowhere else."""
-    insts = [x for x in sketch.trace.insts if x.kind.name != "EnterPostproc"]
-    made: list[tuple[Any, str, int]] = [(o, x.kind.name, j) for x in insts for j, o in enumerate(x.outputs)]
-    out = {}
-    for i, inst in enumerate(insts[: len(sketch.kinds)]):
-        if inst.kind.name not in ("ReverseComputeAt", "ComputeAt") or len(inst.inputs) < 2:
-            continue
-        loop = inst.inputs[1]
-        found = next(((kind, j) for o, kind, j in made if o.same_as(loop)), None)
-        out[i] = number_tokens(found[1] + 1) if found and found[0] in ("Split", "GetLoops", "Fuse") else ["var"]
-    return out
-
-
-def prompt_tokens(space: Space, sketch: Sketch, language: int = DEFAULT_LANGUAGE) -> list[str]:
-    """The whole prompt for one sketch in prompt grammar ``language`` (cached on the space)."""
-    if language not in LANGUAGE_VERSIONS:
-        raise ValueError(f"unknown language version {language}; known: {', '.join(map(str, LANGUAGE_VERSIONS))}")
-    cache = space.__dict__.setdefault("_prompts", {})
-    toks = cache.get((sketch.sketch_id, language))
-    if toks is None:
-        version = ["language", *number_tokens(language)] if language >= 2 else []
-        toks = [BOS, *version, *hardware_tokens(space.hardware, language=language),
-                *task_tokens(space.task, language=language,
-                             vector_bits=space.hardware.vector_bits if space.hardware.kind == "cpu" else 0),
-                *sketch_tokens(space, sketch, language=language), DECIDE]
-        cache[(sketch.sketch_id, language)] = toks
-    return list(toks)
-
-
-def sentence_language(words: Sequence[str]) -> int:
-    """The prompt grammar version a sentence (or its start) is written in: ``[BOS] language N``
-    opens version N, anything else is version 1."""
-    if len(words) > 2 and words[1] == "language" and str(words[2]).isdigit():
-        return int(words[2])
-    return 1
-
-
-def _languages_of(words: Sequence[str]) -> tuple[int, ...]:
-    """The versions whose prompts a (partial) sentence may start: all until its second word says."""
-    if len(words) < 2:
-        return LANGUAGE_VERSIONS
-    if words[1] == "language" and len(words) < 3:
-        return tuple(v for v in LANGUAGE_VERSIONS if v >= 2)
-    return (sentence_language(words),)
-
-
-def _maybe(value: int | None) -> list[str]:
-    return number_tokens(value) if value is not None else ["var"]
-
-
-def _name_words(name: str) -> list[str]:
-    """Words of an op/block name: split on "_" with counter digits dropped (matmul3 -> matmul)."""
-    words = []
-    for w in str(name).replace(".", "_").split("_"):
-        stripped = w.rstrip("0123456789")
-        if stripped or w:
-            words.append(stripped or w)
-    return words or ["main"]
-
-
-def _blocks(mod: Any) -> list[tuple[Any, str, list[tuple[int, int | None]], str]]:
-    """(SBlock, name, [(iter type, extent)], dtype) of every block but the root, in program order."""
-    out: list = []
-    for s in sblocks(mod):
-        if s.name_hint == "root":
-            continue
-        iters = []
-        for iv in s.iter_vars:
-            ext = iv.dom.extent
-            iters.append((int(iv.iter_type), int(ext.value) if hasattr(ext, "value") else None))
-        dtype = str(s.writes[0].source.dtype) if len(s.writes) else "void"
-        out.append((s, s.name_hint, iters, dtype))
-    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -521,7 +323,7 @@ def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardw
         raise LanguageError(0, f"no sketch of {task.task_name} on {hardware.key} gives a valid program: "
                                + "; ".join(f"sketch {sk.sketch_id}: {sk.dead}" for sk in space.sketches))
     for sk in live:
-        for language in _languages_of(words):
+        for language in prompt_languages(words):
             if language not in LANGUAGE_VERSIONS:
                 continue
             p = prompt_tokens(space, sk, language)

@@ -26,7 +26,7 @@ STRUCTURE_WORDS = (
     "hw", "cpu", "cuda", "arch", "cores", "sms", "vector", "isa", "task", "name", "block", "iters",
     "S", "R", "O", "dtype", "sketch", "of", "decide", "n", "extent", "inner", "any", "part",
     "factor", "locations", "var", "max", "unknown", "main", "void",
-    *GROUP_WORD.values(), *LOCATION_WORDS.values(), *LAYOUT_WORDS,
+    *GROUP_WORD.values(), *LOCATION_WORDS.values(),
 )
 ANNOTATION_WORDS = (
     "parallel", "vectorize", "unroll_explicit", "unroll_implicit", "tiling_structure",
@@ -74,7 +74,7 @@ def language_vocabulary(extra_words: Iterable[str] = ()) -> list[str]:
     words: list[str] = []
     seen: set[str] = set()
     groups = (SPECIAL_TOKENS, STRUCTURE_WORDS, INSTRUCTION_KINDS, ANNOTATION_WORDS, DTYPE_WORDS,
-              OP_KIND_WORDS, NAME_WORDS, ARCH_WORDS, ISA_WORDS, number_vocabulary(), DIGITS)
+              OP_KIND_WORDS, NAME_WORDS, ARCH_WORDS, ISA_WORDS, number_vocabulary(), DIGITS, LAYOUT_WORDS)
     for group in groups:
         for w in group:
             if w not in seen:
