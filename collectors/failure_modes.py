@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from collectors.hardware import vector_registers
-from collectors.tir import block_realizes, contiguous_axis, is_reduction
+from collectors.tir import block_realizes, contiguous_axis, is_reduction, vector_lanes
 
 #: every mode, in the order reports list them
 MODES = ("no_simd", "short_vector", "ragged_vector", "register_spill", "one_core")
@@ -100,11 +100,6 @@ def _stride1_factor(binding: Any, loops: Sequence[Any], inner_from: int = 0) -> 
     return next((run(t) for t in terms if isinstance(t, sym.IterSplitExpr) and int(t.scale) == 1), 1)
 
 
-def _bits(dtype: str) -> int:
-    digits = "".join(ch for ch in dtype.split("x")[0] if ch.isdigit())
-    return int(digits) if digits else 32
-
-
 def loop_shape(mod: Any, hardware: Any) -> LoopShape | None:
     """The :class:`LoopShape` of a scheduled module's main block on ``hardware`` (None: no block)."""
     from tvm import tirx
@@ -118,7 +113,7 @@ def loop_shape(mod: Any, hardware: Any) -> LoopShape | None:
     binding = {iv.var: val for iv, val in zip(block.iter_vars, realize.iter_values)}
     axis, loaded = contiguous_axis(block)
     out_buf = block.writes[0].source  # the buffer (TVM 0.27: a TensorRegion's source)
-    lanes = max(1, int(getattr(hardware, "vector_bits", 128)) // max(8, _bits(str(out_buf.dtype))))
+    lanes = vector_lanes(int(getattr(hardware, "vector_bits", 128)), str(out_buf.dtype))
     axis_extent = int(out_buf.shape[-1]) if len(out_buf.shape) else 1
     reduce_vars = [iv.var for iv in block.iter_vars if is_reduction(iv)]
     tile, depth = None, -1

@@ -154,6 +154,22 @@ def is_reduction(iter_var: Any) -> bool:
     return int(iter_var.iter_type) == 2
 
 
+def dtype_bits(dtype: str) -> int:
+    """Bits of a scalar dtype (``float32`` 32, ``int8x4`` 8, ``bool`` 8); 0 when it names none."""
+    import re
+
+    if dtype == "bool":
+        return 8
+    m = re.search(r"\d+", dtype)
+    return int(m.group()) if m else 0
+
+
+def vector_lanes(vector_bits: int, dtype: str) -> int:
+    """Elements of ``dtype`` one ``vector_bits``-wide register holds (at least 1; an unknown dtype
+    counts as 32 bits): what a loop must cover to fill one vector."""
+    return max(1, int(vector_bits) // max(8, dtype_bits(dtype) or 32))
+
+
 def contiguous_axis(block: Any) -> tuple[int | None, list]:
     """The position of the block iterator the last (stride-1) index of the block's output depends
     on (None unless exactly one, spatial one does), and the block's reads of other buffers whose

@@ -2,13 +2,16 @@
 without the 2x call-to-call noise of this host (issue 32; the language-version lever first).
 
     .venv/bin/python -m bench.studies.side_by_side --model A_DIR --model B_DIR --corpus DIR [--set heldout] [--tasks 8]
+    .venv/bin/python -m bench.studies.side_by_side --model A_DIR --decoding plain --decoding healthy ...
 
 Per workload of the fixed training sample (``--set train``) or of the held-out sample
 (``--set heldout``, ``bench.learning.heldout_sample``): each model's greedy and ranked top-1
 (ranked by ``tlm.service.catalog.ranker_for``) beside the teacher's program (the corpus's fastest
 record), all measured in **one** ``collectors.judge`` call, so every ratio is within one call;
 each program's static failure modes (``collectors.failure_modes``) and whether a greedy program
-is the teacher's. ``bench.learning student`` judges one model at a time, each in its own calls:
+is the teacher's. With ``--decoding healthy`` too, each model also writes with healthy decoding
+(``tlm.language.health``; methods ``<model>+healthy:...``): one model, two decodings, one call.
+``bench.learning student`` judges one model at a time, each in its own calls:
 the same teacher program measured 274 and 390 us in two of them on the Zen 3.
 Writes JSON (``--out``, default ``bench/results/levers/side_by_side-<set>.json``) and prints a table.
 """
@@ -23,7 +26,8 @@ from typing import Any
 from bench._common import RESULTS, machine, refuse_beside_measuring, speed_over
 
 
-def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None, n: int, heldout: bool) -> dict:
+def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None, n: int, heldout: bool,
+                 decodings: tuple[str, ...] = ("plain",)) -> dict:
     """The rows and the geomean speeds against the teacher (module docstring)."""
     from bench.learning import _judged, _sample, heldout_sample
     from collectors.failure_modes import modes_of_schedule
@@ -34,21 +38,23 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
     from tlm.service.catalog import ranker_for
     from tlm.service.generator import generate
 
-    models = {os.path.basename(os.path.normpath(d)): (load_model(d)[:2], ranker_for(d, hardware.key)[0])
+    loaded = {os.path.basename(os.path.normpath(d)): (load_model(d)[:2], ranker_for(d, hardware.key)[0])
               for d in model_dirs}
+    models = {(name if how == "plain" else f"{name}+{how}"): (m, how == "healthy")
+              for name, m in loaded.items() for how in decodings}
     tasks, best = heldout_sample(hardware, corpus_dir, n) if heldout else _sample(hardware, corpus_dir, n)
     rows = []
     for t in tasks:
         methods = {"corpus_best": Method([schedule_of(t.mod, best[t.workload_key]["trace_json"])], 0.0)}
         teacher = encode(t, hardware, best[t.workload_key]["trace_json"])
         is_teacher = {}
-        for name, ((model, tok), ranker) in models.items():
-            g = generate(t, hardware, model, tok, k=1)
+        for name, (((model, tok), ranker), healthy) in models.items():
+            g = generate(t, hardware, model, tok, k=1, healthy=healthy)
             methods[f"{name}:top1"] = Method([g.candidates[0].schedule], g.generate_s + g.check_s)
             c = g.candidates[0]
             is_teacher[name] = c.sketch_id == teacher.sketch_id and tuple(c.decisions) == tuple(teacher.decisions)
             if ranker is not None:
-                gr = generate(t, hardware, model, tok, k=1, ranker=ranker)
+                gr = generate(t, hardware, model, tok, k=1, ranker=ranker, healthy=healthy)
                 methods[f"{name}:ranked_top1"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s)
         row = _judged(t, hardware, methods)
         row["modes"] = {m: list(modes_of_schedule(v.schedules[0], hardware)) for m, v in methods.items()}
@@ -62,15 +68,18 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
                           "in_a_failure_mode": sum(bool(r["modes"].get(m)) for r in rows) / max(1, len(rows))}
         summary[f"{name}:top1"]["is_teacher"] = sum(r["top1_is_teacher"][name] for r in rows)
     return {"set": "heldout" if heldout else "train", "workloads": len(rows), "models": model_dirs,
+            "decodings": list(decodings),
             "summary": summary, "tasks": rows}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", action="append", required=True, help="a model directory (twice or more)")
+    ap.add_argument("--model", action="append", required=True, help="a model directory (repeat for several)")
     ap.add_argument("--corpus", default=None)
     ap.add_argument("--set", choices=("train", "heldout"), default="heldout")
     ap.add_argument("--tasks", type=int, default=8)
+    ap.add_argument("--decoding", action="append", choices=("plain", "healthy"),
+                    help="how each model writes (repeat for both; default plain)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     from collectors.hardware import detect_hardware
@@ -78,7 +87,8 @@ def main() -> None:
     hw = detect_hardware("cpu")
     refuse_beside_measuring("judge students side by side")
     t0 = time.time()
-    res = side_by_side(hw, args.model, corpus_dir=args.corpus, n=args.tasks, heldout=args.set == "heldout")
+    res = side_by_side(hw, args.model, corpus_dir=args.corpus, n=args.tasks, heldout=args.set == "heldout",
+                       decodings=tuple(args.decoding or ("plain",)))
     res.update(machine=machine(hw), wall_s=round(time.time() - t0), corpus=args.corpus or "data/corpus")
     out = args.out or os.path.join(RESULTS, "levers", f"side_by_side-{args.set}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

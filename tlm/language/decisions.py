@@ -12,6 +12,7 @@ import math
 from typing import Any, Sequence
 
 from tlm.language.errors import LanguageError
+from tlm.language.health import healthy_factors, tiling_of
 from tlm.language.numbers import divisors, next_number_tokens
 from tlm.language.space import Choice, Sketch, Space
 from tlm.language.words import EOS, GROUP_WORD, LOCATION_WORDS, word_order
@@ -50,10 +51,12 @@ class DecisionState:
     program; ``feed(word)`` advances (raising :class:`LanguageError` on an illegal word).
     """
 
-    def __init__(self, space: Space, sketch: Sketch, prompt_len: int) -> None:
+    def __init__(self, space: Space, sketch: Sketch, prompt_len: int, *, healthy: bool = False) -> None:
         from tlm.language.replay import LiveReplay, StaticReplay, static_domains
 
         self.space, self.sketch = space, sketch
+        # writing only: tile factors kept out of the CPU's static failure modes (tlm.language.health)
+        self.tiling = tiling_of(space, sketch) if healthy else None
         self.position = prompt_len  # token position of the next word
         key = (space.uid,)
         self.replay = StaticReplay(sketch) if static_domains(sketch, space.hardware.kind) else \
@@ -120,6 +123,10 @@ class DecisionState:
             values = tile_factor_values(choice, domain.extent, self._factors)
             if choice.kind == "tile" and (self.sketch.thread_groups or self.sketch.shared_memory):
                 values = self._thread_feasible(choice, domain.extent, values)
+            if choice.kind == "tile" and self.tiling is not None:
+                done = {c.inst_index: v for c, v in self.values if c.kind == "tile"}
+                values = healthy_factors(self.tiling, choice.inst_index, choice.n, self._factors, domain.extent,
+                                         done, values)
             return values, set()
         if choice.kind == "pick":
             lanes = self.sketch.vector_lanes.get(choice.inst_index)

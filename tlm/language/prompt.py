@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from collectors.hardware import Hardware
+from collectors.tir import dtype_bits
 from collectors.tasks import Task
 from tlm.language.numbers import number_tokens
 from tlm.language.space import Sketch, Space, sblocks
+from tlm.language.trace_flow import made_by
 from tlm.language.words import BOS, DECIDE, DEFAULT_LANGUAGE, ISA_WORDS, LANGUAGE_VERSIONS
 
 _ITER_WORD = {0: "S", 2: "R"}  # DataPar, CommReduce; anything else is "O" (ordered/opaque)
@@ -53,7 +55,7 @@ def task_tokens(task: Task, *, language: int = 1, vector_bits: int = 0) -> list[
             out += [_ITER_WORD.get(kind, "O"), *(number_tokens(extent) if extent is not None else ["var"])]
         out += ["dtype", dtype]
         if language >= 2:
-            bits = _dtype_bits(dtype)
+            bits = dtype_bits(dtype)
             if vector_bits and bits and dtype != last_dtype:  # said again only where the dtype changes
                 out += ["lanes", *number_tokens(max(1, vector_bits // bits))]
             last_dtype = dtype
@@ -65,16 +67,6 @@ def task_tokens(task: Task, *, language: int = 1, vector_bits: int = 0) -> list[
                 for used in dims:
                     out += ["dim", *(w for i in used for w in number_tokens(i))]
     return out
-
-
-def _dtype_bits(dtype: str) -> int:
-    """Bits of a scalar dtype word (``float32`` 32, ``bool`` 8); 0 when it names none."""
-    import re
-
-    if dtype == "bool":
-        return 8
-    m = re.search(r"\d+", dtype)
-    return int(m.group()) if m else 0
 
 
 def _accesses(block: Any) -> list[tuple[str, list[list[int]]]]:
@@ -135,14 +127,15 @@ def _compute_at_levels(sketch: Sketch) -> dict[int, list[str]]:
     ``GetLoops``) made, ``var`` when a sampled compute location chose it. Two sketches that fuse
     a consumer (or a cache write) under different tiles differ here and nowhere else."""
     insts = [x for x in sketch.trace.insts if x.kind.name != "EnterPostproc"]
-    made: list[tuple[Any, str, int]] = [(o, x.kind.name, j) for x in insts for j, o in enumerate(x.outputs)]
+    source = made_by(insts)
     out = {}
     for i, inst in enumerate(insts[: len(sketch.kinds)]):
         if inst.kind.name not in ("ReverseComputeAt", "ComputeAt") or len(inst.inputs) < 2:
             continue
         loop = inst.inputs[1]
-        found = next(((kind, j) for o, kind, j in made if o.same_as(loop)), None)
-        out[i] = number_tokens(found[1] + 1) if found and found[0] in ("Split", "GetLoops", "Fuse") else ["var"]
+        found = source(loop)
+        out[i] = number_tokens(found[1] + 1) if found and insts[found[0]].kind.name in ("Split", "GetLoops", "Fuse") \
+            else ["var"]
     return out
 
 

@@ -29,6 +29,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from tlm.language.trace_flow import made_by
+
 logger = logging.getLogger(__name__)
 
 _PROBE_MAX = 1 << 30
@@ -286,21 +288,23 @@ def static_domains(sketch: Any, hardware_kind: str = "cpu") -> bool:
     return known
 
 
+def first_reshape(insts: list) -> int:
+    """Index of the first instruction that reshapes a loop nest (``len(insts)``: none does): the
+    loops a ``GetLoops`` returned before it are the block's own, one per iterator."""
+    return next((i for i, x in enumerate(insts) if x.kind.name not in _NEST_KEEPING), len(insts))
+
+
 def _static(sketch: Any) -> bool:
     if any(c.kind == "at" or (c.kind in ("tile", "ptile") and c.extent is None) for c in sketch.choices):
         return False
     insts = [x for x in sketch.trace.insts if x.kind.name != "EnterPostproc"]
-    reshaped = next((i for i, x in enumerate(insts) if x.kind.name not in _NEST_KEEPING), len(insts))
-    made = {}
-    for i, x in enumerate(insts):
-        for o in x.outputs:
-            made.setdefault(o, (i, x.kind.name))
+    reshaped = first_reshape(insts)
+    source = made_by(insts)
     for c in sketch.choices:
         if c.kind not in ("tile", "ptile"):
             continue
-        loop = insts[c.inst_index].inputs[0]
-        src = next((v for k, v in made.items() if k.same_as(loop)), None)
-        if src is None or src[1] != "GetLoops" or src[0] > reshaped:
+        src = source(insts[c.inst_index].inputs[0])
+        if src is None or insts[src[0]].kind.name != "GetLoops" or src[0] > reshaped:
             return False
     return True
 

@@ -277,13 +277,13 @@ class _StateCache:
         self.size = size
         self._states: OrderedDict[tuple, DecisionState] = OrderedDict()
 
-    def get(self, space: Space, words: Sequence[str]) -> DecisionState:
-        key = (space.uid, tuple(words))
+    def get(self, space: Space, words: Sequence[str], healthy: bool = False) -> DecisionState:
+        key = (space.uid, healthy, tuple(words))
         st = self._states.get(key)
         if st is not None:
             self._states.move_to_end(key)
             return st
-        prev_key = (space.uid, tuple(words[:-1]))
+        prev_key = (space.uid, healthy, tuple(words[:-1]))
         st = self._states.pop(prev_key, None)
         if st is not None:
             st.feed(words[-1])
@@ -293,7 +293,7 @@ class _StateCache:
             if sketch.dead:
                 raise LanguageError(plen - 1, f"sketch {sketch.sketch_id} gives no valid program ({sketch.dead}); "
                                               f"generate with one of {[s.sketch_id for s in live_sketches(space)]}")
-            st = DecisionState(space, sketch, plen)
+            st = DecisionState(space, sketch, plen, healthy=healthy)
             for w in words[plen:]:
                 st.feed(w)
         self._states[key] = st
@@ -307,13 +307,15 @@ _STATES = _StateCache()
 _STATES_LOCK = threading.Lock()
 
 
-def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardware: Hardware) -> set[str]:
+def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardware: Hardware, *,
+                      healthy: bool = False) -> set[str]:
     """Exactly the words that may follow ``partial`` and keep it a valid program.
 
     Inside the prompt: the next word of any live sketch's prompt that ``partial`` starts (so
     the sketch itself may be chosen; a dead sketch, see ``tlm.language.space.Sketch.dead``, raises
     :class:`LanguageError` once its prompt is complete); after ``decide``: the live domain of the current choice;
-    after the last decision: ``[EOS]``; after ``[EOS]``: nothing.
+    after the last decision: ``[EOS]``; after ``[EOS]``: nothing. ``healthy`` (writing only):
+    tile factors are further kept out of the CPU's static failure modes (``tlm.language.health``).
     """
     words = split_words(partial)
     space = build_space(task, hardware)
@@ -332,4 +334,4 @@ def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardw
     if nxt:
         return nxt
     with _STATES_LOCK:  # states are not thread-safe; one request at a time walks them
-        return set(_STATES.get(space, words).legal())
+        return set(_STATES.get(space, words, healthy).legal())

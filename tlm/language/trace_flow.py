@@ -2,7 +2,7 @@
 which instruction produced a random variable, and which tile levels a loop is made of."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 #: The annotation that pipelines a loop's child blocks (its value: one stage per block).
 PIPELINE_KEY = "software_pipeline_stage"
@@ -15,6 +15,18 @@ def producers(insts: Sequence[list]) -> dict[str, tuple[int, int]]:
             if isinstance(out, str):
                 producer[out] = (i, p)
     return producer
+
+
+def made_by(insts: Sequence[Any]) -> Callable[[Any], tuple[int, int] | None]:
+    """For a trace's live instructions (``tvm.s_tir.schedule.Instruction``): a lookup from a random
+    variable to ``(instruction index, output position)`` of the instruction that made it (None for
+    an input of the trace). Compared with ``same_as``, the identity TVM's own replay uses."""
+    made = [(o, i, j) for i, x in enumerate(insts) for j, o in enumerate(x.outputs)]
+
+    def lookup(rv: Any) -> tuple[int, int] | None:
+        return next(((i, j) for o, i, j in made if o.same_as(rv)), None)
+
+    return lookup
 
 
 def split_members(insts: Sequence[list], producer: dict, rv: Any) -> list[tuple[int, int]] | None:

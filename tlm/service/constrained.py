@@ -25,8 +25,8 @@ class LegalTokensProcessor:
     """
 
     def __init__(self, tokenizer: Any, task: Task, hardware: Hardware,
-                 prompts: Sequence[Sequence[str]], input_len: int) -> None:
-        self.tokenizer, self.task, self.hardware = tokenizer, task, hardware
+                 prompts: Sequence[Sequence[str]], input_len: int, healthy: bool = False) -> None:
+        self.tokenizer, self.task, self.hardware, self.healthy = tokenizer, task, hardware, healthy
         self.prompts = [list(p) for p in prompts]
         self.input_len = input_len
         self.vocab = tokenizer.get_vocab()
@@ -40,7 +40,7 @@ class LegalTokensProcessor:
             if EOS in new:
                 allowed = {PAD, EOS}
             else:
-                allowed = legal_next_tokens(self.prompts[row] + new, self.task, self.hardware)
+                allowed = legal_next_tokens(self.prompts[row] + new, self.task, self.hardware, healthy=self.healthy)
             mask[row, vocab_ids(allowed, self.vocab, len(self.prompts[row]) + len(new))] = 0.0
         return scores + mask
 
@@ -55,11 +55,11 @@ def vocab_ids(words: set[str], vocab: dict[str, int], position: int) -> list[int
 
 
 def make_logits_processor(tokenizer: Any, task: Task, hardware: Hardware,
-                          prompts: Sequence[Sequence[str]], input_len: int) -> Any:
+                          prompts: Sequence[Sequence[str]], input_len: int, healthy: bool = False) -> Any:
     """:class:`LegalTokensProcessor` registered as a ``transformers.LogitsProcessor``."""
     from transformers import LogitsProcessor
 
     class _Processor(LegalTokensProcessor, LogitsProcessor):
         pass
 
-    return _Processor(tokenizer, task, hardware, prompts, input_len)
+    return _Processor(tokenizer, task, hardware, prompts, input_len, healthy)

@@ -105,9 +105,10 @@ class Generation:
 
 
 def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1, ranker: Any = None,
-             pool: int = RANK_POOL) -> Generation:
+             pool: int = RANK_POOL, healthy: bool = False) -> Generation:
     """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood, or
-    by ``ranker``'s predicted speed over ``pool`` samples (shared by the sketches) and the greedy programs."""
+    by ``ranker``'s predicted speed over ``pool`` samples (shared by the sketches) and the greedy programs.
+    ``healthy``: decode with the CPU's failure-mode bounds on tile factors (``tlm.language.health``)."""
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
     if ranker is not None and not 1 <= pool <= 4 * MAX_K:
@@ -123,11 +124,11 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     with _torch_threads(DECODE_THREADS):
         t0 = time.perf_counter()
         if ranker is None:
-            rows = decode_prompts(model, tokenizer, task, hardware, prompts, k)
+            rows = decode_prompts(model, tokenizer, task, hardware, prompts, k, healthy=healthy)
         else:  # the greedy programs first: the cost model then never loses the likelihood's favourite
-            rows = decode_prompts(model, tokenizer, task, hardware, prompts, 1)
+            rows = decode_prompts(model, tokenizer, task, hardware, prompts, 1, healthy=healthy)
             rows += decode_prompts(model, tokenizer, task, hardware, prompts, max(1, -(-pool // len(prompts))),
-                                   sample=True)
+                                   sample=True, healthy=healthy)
             ruled = rule_rows(task, hardware, sketches)
             rows += ruled
         cands = likelihood_ranked(model, tokenizer, prompts, sketches, rows)
@@ -210,10 +211,12 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 
 def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts: list[list[str]],
-                   k: int, *, sample: bool = False, seed: int = 0) -> list[tuple[int, list[str], tuple[float, int] | None]]:
+                   k: int, *, sample: bool = False, seed: int = 0,
+                   healthy: bool = False) -> list[tuple[int, list[str], tuple[float, int] | None]]:
     """Constrained decoding of ``prompts`` in one batch (greedy for ``k == 1``, else ``k`` beams per
     prompt; with ``sample``, ``k`` sequences per prompt drawn from the model's distribution under
-    the constraint, seeded by ``seed``, so still the same run to run), unranked and unproven:
+    the constraint, seeded by ``seed``, so still the same run to run; ``healthy``: the constraint also
+    keeps tile factors out of the CPU's static failure modes), unranked and unproven:
     ``(prompt index, generated words up to [EOS], (log-probability, words) or None)`` for every
     returned sequence; the score is given for greedy and sampled rows (beams are re-scored).
     :func:`generate` ranks and proves these; the serving benchmark times this step alone."""
@@ -233,11 +236,12 @@ def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, p
                          f"{model.config.n_positions}")
     if beams == 1 and supports(model):  # the fast path (tlm.service.decoding): same words, same scores
         return decode_constrained(model, tokenizer, prompts,
-                                  lambda i, new: legal_next_tokens(prompts[i] + new, task, hardware),
+                                  lambda i, new: legal_next_tokens(prompts[i] + new, task, hardware, healthy=healthy),
                                   copies=copies, sample=sample, seed=seed, max_new=room, label=task.task_name,
                                   encoded=encoded)
     batch = tokenizer(texts, return_tensors="pt", padding=True)
-    proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(copies)], width)
+    proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(copies)], width,
+                                 healthy=healthy)
     model.eval()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
