@@ -110,6 +110,25 @@ def test_answer_holds_valid_ranked_schedules_whose_trace_rebuilds_the_program(lm
         tvm.ir.assert_structural_equal(rebuilt.mod, tvm.script.from_source(c.tvmscript))
 
 
+def test_schedules_are_healthy_unless_the_request_opts_out(lm, cpu_hw):
+    """A random tiny model writes a 256^3 matmul: by default no candidate is in a failure mode that
+    healthy decoding rules out (read from the TIR); with ``healthy: false`` such programs come back."""
+    from collectors.failure_modes import modes_of_schedule
+    from collectors.tir import schedule_of
+
+    model, tok = lm
+    text = matmul_tvmscript(256, 256, 256)
+    ruled_out = {"no_simd", "short_vector", "ragged_vector", "register_spill"}
+    modes = {}
+    for healthy in (True, False):
+        req = ScheduleRequest(tvmscript=text, hardware=cpu_hw.key, k=4, healthy=healthy)
+        task = task_of_request(req, None)
+        r = schedule(req, task, cpu_hw, model, tok, "tiny-random")
+        modes[healthy] = [set(modes_of_schedule(schedule_of(task.mod, c.trace), cpu_hw)) for c in r.candidates]
+    assert not any(m & ruled_out for m in modes[True]), modes[True]
+    assert any(m & ruled_out for m in modes[False]), modes[False]
+
+
 @pytest.mark.slow
 def test_with_a_cost_model_the_answer_is_ranked_by_it_unless_the_request_opts_out(lm, cpu_hw, znver4_hw, tmp_path):
     from collectors.cost_model import CostModel, CostModelConfig

@@ -56,6 +56,9 @@ class ScheduleRequest(BaseModel):
     keep_layout: bool = Field(False, description="schedules that read every input in its own layout: the task's "
                               "layout-free inputs (layout_free_buffers) are treated as fixed, so no candidate "
                               "has layout_rewrites")
+    healthy: bool = Field(True, description="on a CPU, write tile factors that keep the program out of the static "
+                          "failure modes (innermost stride-1 tile a multiple of the vector lanes, register tile within "
+                          "the vector registers) where the task allows; false: anything the grammar allows")
     use_corpus: bool = Field(True, description="when the server's corpus measured this workload on this hardware and "
                              "measure is false, answer with its fastest correct record (source 'corpus', its "
                              "measured latency) instead of generating")
@@ -314,7 +317,7 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
         from tlm.service.generator import RANK_POOL
 
         g = generate(task, hardware, model, tokenizer, k=req.k, ranker=ranker if req.rank else None,
-                     pool=req.pool or RANK_POOL)
+                     pool=req.pool or RANK_POOL, healthy=req.healthy)
     except ValueError as exc:  # e.g. a prompt longer than the model's context
         raise ApiError(422, f"{task.task_name}: {exc}") from None
     if req.measure:
