@@ -13,13 +13,15 @@ Never install it in a process that targets CUDA: CUDA sketch rules need the CUDA
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import inspect
 import logging
 import os
 import sys
 import types
-from typing import Any
+from typing import Any, Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -79,11 +81,52 @@ def install_for_target(target: Any) -> bool:
         return install()
     if is_installed():
         # A CPU tune in this process installed the stand-in: CUDA needs its intrinsics too.
-        cuda = importlib.import_module(_NAME + ".cuda")
+        with shallow_stacks():
+            cuda = importlib.import_module(_NAME + ".cuda")
         sys.modules[_NAME].cuda = cuda  # type: ignore[attr-defined]
         logger.info("loaded the CUDA tensor intrinsics into the light tensor_intrin module")
         return True
+    if _NAME not in sys.modules:
+        with shallow_stacks():  # what TuneContext would import anyway, without the quadratic inspect.stack()
+            importlib.import_module(_NAME)
     return False
+
+
+#: Innermost frames whose source lines ``inspect.stack`` still reads under :func:`shallow_stacks`.
+STACK_CONTEXT_FRAMES = 3
+
+
+@contextlib.contextmanager
+def shallow_stacks(depth: int = STACK_CONTEXT_FRAMES) -> Iterator[None]:
+    """``inspect.stack()`` reading source lines for the ``depth`` innermost frames only, for the
+    duration of the block.
+
+    Why: TVMScript's ``@T.prim_func`` calls ``inspect.stack()`` once per function it parses, and
+    that reads the source line of every frame on the stack, each through ``inspect.getmodule``,
+    which walks all of ``sys.modules``: in a process that has loaded torch, Ray and pytest
+    (~1,500 modules), the CUDA tensor intrinsics' 496 ``prim_func`` calls took 119 of the 127 s of
+    their import on a 2-core Zen 3 (cProfile). The parser reads the caller's line (frame 2, is it
+    inside an ``@I.ir_module`` class?) and the outer frames' locals, never their source, so the
+    frames past ``depth`` (3: the parser reads frame 2) keep their frame, file, line and function and get no source line."""
+    real = inspect.stack
+
+    def stack(context: int = 1) -> list:
+        frame = sys._getframe(1)
+        out = []
+        while frame is not None:
+            if len(out) < depth:
+                out.append(inspect.FrameInfo(frame, *inspect.getframeinfo(frame, context)))
+            else:
+                code = frame.f_code
+                out.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name, None, None))
+            frame = frame.f_back
+        return out
+
+    inspect.stack = stack
+    try:
+        yield
+    finally:
+        inspect.stack = real
 
 
 def _target_kind(target: Any) -> str:

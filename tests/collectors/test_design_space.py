@@ -27,6 +27,41 @@ def test_fast_import_registers_x86_only_in_a_fresh_process():
     assert out == ["True", "True", "True", "0"]  # x86 intrinsics registered, no other backend's
 
 
+def test_shallow_stacks_keep_every_frame_and_the_source_lines_tvmscript_reads():
+    """Under ``shallow_stacks`` (the CUDA intrinsics' import), ``inspect.stack()`` lists the same
+    frames, with source lines for the innermost three only; a ``@T.prim_func`` parses the same;
+    the real ``inspect.stack`` is back afterwards."""
+    import inspect
+
+    import tvm
+    from tvm.script import tirx as T
+
+    from collectors.fast_import import shallow_stacks
+
+    def make():
+        dtype = "float32"  # read from this frame's locals, through the stack the parser took
+
+        @T.prim_func(s_tir=True)
+        def add_one(a: T.Buffer((8,), dtype), b: T.Buffer((8,), dtype)):
+            for i in range(8):
+                with T.sblock("b"):
+                    vi = T.axis.spatial(8, i)
+                    b[vi] = a[vi] + T.float32(1)
+        return add_one
+
+    def both():
+        return inspect.stack(), make()
+
+    real_stack, real_func = both()
+    with shallow_stacks():
+        light_stack, light_func = both()
+    assert inspect.stack.__module__ == "inspect"
+    assert [f.function for f in light_stack] == [f.function for f in real_stack]  # the same frames
+    assert [f.lineno for f in light_stack[2:]] == [f.lineno for f in real_stack[2:]]  # (both() is called twice)
+    assert all(f.code_context for f in light_stack[:3]) and all(f.code_context is None for f in light_stack[3:])
+    tvm.ir.assert_structural_equal(light_func, real_func)
+
+
 def test_matmul_design_space_has_three_distinct_sketches(matmul_mod, cpu_hw):
     sketches = design_space(matmul_mod, cpu_hw)
     assert len(sketches) == 3

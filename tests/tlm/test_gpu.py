@@ -1,6 +1,7 @@
 """CUDA sketches (built without a GPU): thread, pipeline and shared-memory limits on tile factors,
 thread binding, round trips. Every test that needs the CUDA tensor intrinsics lives here, so a
-run pays their import (~40-150 s on 2 cores) once, on one xdist worker (whole files each)."""
+run pays their import (~15-25 s on 2 cores; 40-150 s before ``collectors.fast_import.shallow_stacks``)
+once, on one xdist worker (whole files each)."""
 from __future__ import annotations
 
 import math
