@@ -248,7 +248,7 @@ def spread_only(out_path: str, seed: int) -> int:
     """Re-measure only the min_repeat_ms spread (a 64-trial conv2d tune, then the study) into
     an existing results file."""
     from collectors.hardware import detect_hardware
-    from collectors.tuner import pin_tvm_threads
+    from collectors.threads import pin_tvm_threads
     from storage import Corpus
 
     hw = detect_hardware("cpu")
@@ -308,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     from dataclasses import asdict
 
     from collectors.hardware import detect_hardware
-    from collectors.tuner import TuneConfig, pin_tvm_threads
+    from collectors.threads import pin_tvm_threads
+    from collectors.tuner import TuneConfig
     from storage import Corpus
 
     hw = detect_hardware("cpu")

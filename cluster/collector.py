@@ -22,7 +22,8 @@ from typing import Any
 from collectors.collect import UnitOutcome, collect_unit
 from collectors.hardware import Hardware
 from collectors.tasks import Task
-from collectors.tuner import TuneConfig, pin_tvm_threads
+from collectors.threads import pin_tvm_threads
+from collectors.tuner import TuneConfig
 
 log = logging.getLogger(__name__)
 

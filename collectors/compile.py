@@ -13,6 +13,7 @@ import time
 from typing import Any, Sequence
 
 from collectors.hardware import Hardware, check_runs_here
+from collectors.threads import run_on_cores
 
 
 #: how near a whole-model build's output must be to PyTorch's (``numpy.allclose``'s arguments)
@@ -40,6 +41,8 @@ def _device(hardware: Hardware | None) -> Any:
 
     if hardware is not None:
         check_runs_here(hardware)
+        if hardware.kind == "cpu":
+            run_on_cores(hardware.cores)  # as its tasks were measured (collectors.threads)
     return tvm.cuda(0) if hardware is not None and hardware.kind == "cuda" else tvm.cpu(0)
 
 

@@ -16,7 +16,9 @@ nested S0 S1 R0 S2 R1 S3) and choose every decision from the hardware alone, nev
 * **L2 block** (S2): columns of micro-tiles whose input panels share half the L2, rows whose
   panels share a quarter;
 * **parallel outer loops** (S0): the outermost level is split over the outer loops until it
-  offers about 8 chunks per core (load balance without tiny tasks); S1 takes what is left;
+  offers about 8 chunks per core (load balance without tiny tasks); S1 takes what is left; a
+  task whose work is less than starting a parallel region saves
+  (``collectors.threads.parallel_target``) keeps S0 and S1 at 1: no parallel loop;
 * **unroll**: ``max_step`` 64 where the sketch samples one (MetaSchedule's middle choice).
 
 Measured on a 2-core Zen 3 against the Roller-style tiles it replaces (bench/studies/rules.py):
@@ -45,6 +47,7 @@ from typing import Any
 from collectors.hardware import Hardware
 from collectors.sketches import design_space, refusing_postproc
 from collectors.tasks import Task
+from collectors.threads import task_parallel_target
 from collectors.tir import as_module
 
 log = logging.getLogger(__name__)
@@ -135,8 +138,9 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     l1 = l1_bytes(hardware)
     sch = Schedule(as_module(task.mod))
     chosen: dict[int, Any] = {}
-    state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None}
-    planned = _blocked_plans(task, hardware, trace, plan) if blocked else {}
+    serial = task_parallel_target(task, hardware) == 1
+    state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial}
+    planned = _blocked_plans(task, hardware, trace, plan, serial) if blocked else {}
     counter = [0]  # the provider is called for every instruction, in trace order
 
     def provider(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
@@ -226,11 +230,12 @@ def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int)
     return best
 
 
-def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64) -> dict[int, list[int]]:
+def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, serial: bool = False) -> dict[int, list[int]]:
     """Loop index -> tile factors (outer to inner) of the blocked plan: the micro-kernel as the
     innermost spatial level, the inner reduction level sized so the micro-panels of both inputs
     stay in half the L1, the next spatial level (rows x columns of micro-tiles) so a block of the
-    reused input stays in the L2, the outermost level over the cores, the rest between."""
+    reused input stays in the L2, the outermost level over the cores, the rest between
+    (``serial``: the two outer levels 1, everything in the L2 level)."""
     from collectors.hardware import vector_registers
 
     lanes = max(1, hardware.vector_bits // 32)
@@ -258,6 +263,9 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64) -> d
         if axes.reduce[i]:
             continue
         rest = ext // inner[i]
+        if serial:
+            plan[i] = [1, 1, rest, inner[i]]
+            continue
         t0 = _largest_divisor(rest, parallel_left)
         parallel_left = max(1, parallel_left // t0)
         rest //= t0
@@ -271,7 +279,7 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64) -> d
     return plan
 
 
-def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict) -> dict[int, list[int]]:
+def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False) -> dict[int, list[int]]:
     """Instruction index -> tiles of every SamplePerfectTile that tiles a block the blocked plan
     covers (a 4-level spatial, 2-level reduction tiling of a block with a contiguous output)."""
     groups: dict[int, list[int]] = {}
@@ -289,7 +297,7 @@ def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict) -> d
         axes = block_axes(task.mod, name) if name else None
         if axes is None or len(samples) != len(axes.extents):
             continue
-        plan = _blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples))
+        plan = _blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial)
         loops = {p: i for p, i in zip(range(len(axes.extents)), sorted(samples))}
         for p, i in loops.items():
             want = 4 if not axes.reduce[p] else 2
@@ -350,6 +358,8 @@ def _tiles(extent: int, n: int, max_inner: int, role: tuple, lanes: int, l1: int
         else:
             t3 = 1
         rest = extent // t3
+        if state.get("serial"):
+            return [1, 1, rest, t3]
         t0 = _largest_divisor(rest, state["parallel_left"])
         state["parallel_left"] = max(1, state["parallel_left"] // t0)
         t2 = _largest_divisor(rest // t0, OUTER_BLOCK) if pos < count - 2 else 1

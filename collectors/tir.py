@@ -149,6 +149,23 @@ def block_realizes(stmt: Any, loops: tuple = ()) -> Iterator[tuple[Any, tuple]]:
             yield from block_realizes(child, loops)
 
 
+def io_bytes(mod: Any) -> int:
+    """Bytes of the buffers a PrimFunc (or its one-function module) reads or writes and does not
+    allocate itself: the memory one run must at least touch."""
+    import math
+
+    func = next(iter(mod.functions.values())) if hasattr(mod, "functions") else mod
+    seen, local = {}, set()
+    for realize, _ in block_realizes(func.body):
+        block = realize.block
+        local.update(b.name for b in block.alloc_buffers)
+        for region in list(block.reads) + list(block.writes):
+            buf = region.source
+            if all(hasattr(x, "value") for x in buf.shape):
+                seen[buf.name] = math.prod(int(x.value) for x in buf.shape) * max(1, dtype_bits(str(buf.dtype)) // 8)
+    return sum(v for k, v in seen.items() if k not in local)
+
+
 def is_reduction(iter_var: Any) -> bool:
     """Whether a block iterator is a reduction (``IterVar.CommReduce``)."""
     return int(iter_var.iter_type) == 2

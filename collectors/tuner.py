@@ -34,6 +34,7 @@ from collectors.ms_database import commit_records
 from collectors.runner import host_load_of, make_checked_runner
 from collectors.sketches import sketch_id, tune_context
 from collectors.tasks import Task
+from collectors.threads import pin_tvm_threads
 from collectors.tir import as_module, plain_json, trace_json, tvm_version
 from storage import Record, make_record_id
 
@@ -117,16 +118,6 @@ class TuneSummary:
     sketches: int = 0  # size of the design space
     elapsed_s: float = 0.0
     error_kinds: dict[str, int] = field(default_factory=dict)
-
-
-def pin_tvm_threads(cores: int) -> None:
-    """Pin TVM's thread pool of this process to ``cores`` threads.
-
-    The pool otherwise follows OMP_NUM_THREADS (1 in a Ray worker) or takes half the cores on
-    x86, so an N-core key would be measured on fewer threads than it names. Call it in the
-    process that measures (a runner worker, a collector actor) before TVM starts its pool.
-    """
-    os.environ["TVM_NUM_THREADS"] = str(int(cores))
 
 
 def _init_runner_worker(cores: int | None, light_intrinsics: bool) -> None:

@@ -10,7 +10,8 @@ Per workload of the fixed training sample (``--set train``) or of the held-out s
 record), all measured in **one** ``collectors.judge`` call, so every ratio is within one call;
 each program's static failure modes (``collectors.failure_modes``) and whether a greedy program
 is the teacher's. With ``--decoding healthy`` too, each model also writes with healthy decoding
-(``tlm.language.health``; methods ``<model>+healthy:...``): one model, two decodings, one call.
+(``tlm.language.health``; methods ``<model>+healthy:...``): one model, two decodings, one call;
+``--decoding healthy-no-parallel`` (or ``-no-vector``, ``-no-registers``) leaves one rule out.
 ``bench.learning student`` judges one model at a time, each in its own calls:
 the same teacher program measured 274 and 390 us in two of them on the Zen 3.
 Writes JSON (``--out``, default ``bench/results/levers/side_by_side-<set>.json``) and prints a table.
@@ -40,7 +41,7 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
 
     loaded = {os.path.basename(os.path.normpath(d)): (load_model(d)[:2], ranker_for(d, hardware.key)[0])
               for d in model_dirs}
-    models = {(name if how == "plain" else f"{name}+{how}"): (m, how == "healthy")
+    models = {(name if how == "plain" else f"{name}+{how}"): (m, _healthy(how))
               for name, m in loaded.items() for how in decodings}
     tasks, best = heldout_sample(hardware, corpus_dir, n) if heldout else _sample(hardware, corpus_dir, n)
     rows = []
@@ -72,13 +73,26 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
             "summary": summary, "tasks": rows}
 
 
+#: how a model may write: every healthy rule, none, or all but one (``healthy-no-<rule>``)
+DECODINGS = ("plain", "healthy", "healthy-no-parallel", "healthy-no-vector", "healthy-no-registers")
+
+
+def _healthy(how: str) -> bool | frozenset:
+    """The ``healthy`` argument of ``generate`` a decoding name stands for (:data:`DECODINGS`)."""
+    from tlm.language.health import RULES
+
+    if how.startswith("healthy-no-"):
+        return RULES - {how.removeprefix("healthy-no-")}
+    return how == "healthy"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", required=True, help="a model directory (repeat for several)")
     ap.add_argument("--corpus", default=None)
     ap.add_argument("--set", choices=("train", "heldout"), default="heldout")
     ap.add_argument("--tasks", type=int, default=8)
-    ap.add_argument("--decoding", action="append", choices=("plain", "healthy"),
+    ap.add_argument("--decoding", action="append", choices=DECODINGS,
                     help="how each model writes (repeat for both; default plain)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

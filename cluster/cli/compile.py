@@ -135,7 +135,8 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
         console.print(f"[yellow]{why}[/yellow]")
     if args.out:
         (tuned if shipped == "tlm" else untuned).export_library(args.out)
-        console.print(f"wrote {args.out} ({'served schedules' if shipped == 'tlm' else 'the untuned build'})")
+        console.print(f"wrote {args.out} ({'served schedules' if shipped == 'tlm' else 'the untuned build'}); "
+                      f"run it with TVM_NUM_THREADS={hw.cores}, the cores it was timed on (collectors.threads)")
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "model_fallback": getattr(args, "model_fallback", None),

@@ -51,7 +51,11 @@ def _report(capsys) -> dict:
 def test_compile_a_zoo_model_matches_pytorch(tiny_dir, capsys):
     rc = main(["compile", "--model", "resnet50", "--small", "--tlm-model", tiny_dir, "--no-torch-compile", "--json"])
     report = _report(capsys)
-    assert rc == 0 and report["correct"] and report["scheduled"] == report["tasks"] > 5
+    assert rc == 0 and report["correct"] and report["tasks"] > 5
+    # every task is the model's, but for the tiny ones no sketch writes serial: TVM's default (serial) lowering
+    assert all(t["source"] == "model" or (t["source"] == "default" and t["error"].startswith("tiny:"))
+               for t in report["per_task"])
+    assert report["scheduled"] == sum(t["source"] == "model" for t in report["per_task"]) > 5
     assert report["model_id"] == "tiny-host" and report["latency"]["tlm_s"] > 0
     assert set(report["compile_time"]) >= {"extract_s", "generate_s", "measure_s", "build_s"}
 

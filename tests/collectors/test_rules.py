@@ -107,3 +107,19 @@ def test_block_axes_name_the_contiguous_and_the_reuse_axis():
     assert mm.extents == (64, 96, 32) and mm.reduce == (False, False, True) and (mm.vector, mm.rows) == (1, 0)
     conv = block_axes(conv_mod(), "conv2d_nchw")
     assert conv is not None and conv.vector == 3 and conv.rows == 1
+
+
+def test_a_tiny_task_gets_no_parallel_loop_and_a_large_one_does():
+    """A parallel region costs more than the whole of a tiny task (``collectors.threads``): the
+    rules write an 8x64x32 matmul (and one with a fused relu) serial, a 256^3 one over the cores."""
+    from collectors.failure_modes import loop_shape
+    from collectors.hardware import hardware_from_index
+    from tests.helpers.workloads import make_task, matmul, matmul_relu_mod
+
+    hw = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    for mod in (matmul(8, 64, 32), matmul_relu_mod(8, 32, 32)):
+        sch = rule_schedule(make_task(mod, "tiny", "matmul"), hw).schedule
+        assert loop_shape(sch.mod, hw).parallel == 1
+        assert " T.parallel(" not in sch.mod.script()
+    big = rule_schedule(make_task(matmul(256, 256, 256), "big", "matmul"), hw).schedule
+    assert loop_shape(big.mod, hw).parallel >= 2 * hw.cores

@@ -117,3 +117,54 @@ def test_no_healthy_value_leaves_the_legal_ones():
     for sk in space.sketches:
         words = _walk(task, hw, sk, rng, healthy=True)
         assert apply_sentence(words, task, hw).schedule is not None
+
+
+def _parallel(task, hw, words) -> int:
+    from collectors.failure_modes import loop_shape
+
+    return loop_shape(apply_sentence(words, task, hw).schedule.mod, hw).parallel
+
+
+def test_a_tiny_task_is_written_serial_and_a_large_one_many_ways_parallel():
+    """The ``parallel`` rule, read back from the scheduled TIR: a 8x64x32 matmul (16k FLOPs, less
+    work than starting a parallel region saves) is written with no parallel loop on every sketch;
+    a 256^3 matmul and a 32x32 convolution at least ``WAYS_PER_CORE x cores`` ways parallel on
+    every sketch (the fused sketches included, whose compute-at level ends the postproc's fusion);
+    without the rule, walks do otherwise."""
+    from collectors.threads import WAYS_PER_CORE
+    from tlm.language.health import RULES
+
+    hw = _hw("znver3")
+    rng = random.Random(3)
+    tiny = make_task(matmul(8, 64, 32), "matmul_tiny", "matmul")
+    space = build_space(tiny, hw)
+    assert {tiling_of(space, sk).parallel for sk in space.sketches} == {1}
+    plain_parallel = 0
+    for sk in space.sketches:
+        for _ in range(3):
+            assert _parallel(tiny, hw, _walk(tiny, hw, sk, rng, healthy=True)) == 1
+            plain_parallel += _parallel(tiny, hw, _walk(tiny, hw, sk, rng, healthy=RULES - {"parallel"})) > 1
+    assert plain_parallel >= 3
+    want = WAYS_PER_CORE * hw.cores
+    for task in (TASKS["matmul"](), TASKS["conv2d"]()):
+        space = build_space(task, hw)
+        for sk in space.sketches:
+            assert tiling_of(space, sk).parallel == want
+            for _ in range(3):
+                assert _parallel(task, hw, _walk(task, hw, sk, rng, healthy=True)) >= want
+
+
+def test_the_parallel_target_follows_the_work_and_the_cores():
+    """Serial below one region's saving, ``WAYS_PER_CORE x cores`` ways for real work, fewer when
+    the chunks would be short, no opinion on one core; an unknown rule name is refused."""
+    from collectors.threads import PARALLEL_REGION_S, WAYS_PER_CORE, parallel_target
+    from tlm.language.health import rules_of
+
+    assert parallel_target(16_000, 10_000, 2) == 1
+    assert parallel_target(200e6, 10_000_000, 2) == WAYS_PER_CORE * 2
+    assert parallel_target(200e6, 10_000_000, 8) == WAYS_PER_CORE * 8
+    mid = parallel_target(12e9 * 6 * PARALLEL_REGION_S, 0, 2)  # one core would take 6 regions' time
+    assert 2 <= mid < WAYS_PER_CORE * 2
+    assert parallel_target(200e6, 10_000_000, 1) == 0
+    with pytest.raises(ValueError, match="unknown healthy rule"):
+        rules_of({"vectors"})

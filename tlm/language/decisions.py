@@ -12,7 +12,7 @@ import math
 from typing import Any, Sequence
 
 from tlm.language.errors import LanguageError
-from tlm.language.health import healthy_factors, tiling_of
+from tlm.language.health import healthy_factors, parallel_values, rules_of, tiling_of
 from tlm.language.numbers import divisors, next_number_tokens
 from tlm.language.space import Choice, Sketch, Space
 from tlm.language.words import EOS, GROUP_WORD, LOCATION_WORDS, word_order
@@ -51,12 +51,14 @@ class DecisionState:
     program; ``feed(word)`` advances (raising :class:`LanguageError` on an illegal word).
     """
 
-    def __init__(self, space: Space, sketch: Sketch, prompt_len: int, *, healthy: bool = False) -> None:
+    def __init__(self, space: Space, sketch: Sketch, prompt_len: int, *,
+                 healthy: bool | frozenset = False) -> None:
         from tlm.language.replay import LiveReplay, StaticReplay, static_domains
 
         self.space, self.sketch = space, sketch
         # writing only: tile factors kept out of the CPU's static failure modes (tlm.language.health)
-        self.tiling = tiling_of(space, sketch) if healthy else None
+        self.rules = rules_of(healthy)
+        self.tiling = tiling_of(space, sketch) if self.rules else None
         self.position = prompt_len  # token position of the next word
         key = (space.uid,)
         self.replay = StaticReplay(sketch) if static_domains(sketch, space.hardware.kind) else \
@@ -126,13 +128,13 @@ class DecisionState:
             if choice.kind == "tile" and self.tiling is not None:
                 done = {c.inst_index: v for c, v in self.values if c.kind == "tile"}
                 values = healthy_factors(self.tiling, choice.inst_index, choice.n, self._factors, domain.extent,
-                                         done, values)
+                                         done, values, self.rules)
             return values, set()
         if choice.kind == "pick":
             lanes = self.sketch.vector_lanes.get(choice.inst_index)
             return sorted(v for v in set(choice.candidates) if lanes is None or v <= lanes), set()
         if choice.kind == "parallel":
-            return list(range(1, choice.max_parallel + 1)), set()
+            return parallel_values(self.tiling, list(range(1, choice.max_parallel + 1)), self.rules), set()
         locs = domain.locations
         return [v for v in locs if v >= 0], {LOCATION_WORDS[v] for v in locs if v < 0}
 

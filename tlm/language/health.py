@@ -22,6 +22,20 @@ loops (taken before any instruction reshaped the nest), so each tile is one bloc
   at most the registers: ``product of the other spatial factors x ceil(axis factor / lanes)``.
 
 The same two rules as the failure modes read from the TIR; a test compares the two on walks.
+
+A third rule, ``parallel``, sizes the parallel loop by the task's work. MetaSchedule's postproc
+makes the outermost spatial loops above the first reduction loop one parallel loop (fusing them
+until their product passes the ``meta_schedule.parallel`` annotation's value); it leaves the
+nest serial only when they are all ones. A parallel region costs ~1.5-2 us to start and join on a
+2-core Zen 3 (TVM's pool on the key's cores), more than the whole of a tiny task: on the demo's
+small BERT every served schedule with a parallel loop took 1.4-10 us where TVM's default (serial)
+lowering took 0.01-2.4 us, and the Zen 3 corpus's best programs are one-core below ~5,000 FLOPs
+and parallel above ~20,000. On a large task the opposite: the round-1 student's held-out greedy
+programs left the outer tiles at 1 and ran 1-7 ways parallel where the teacher ran 8-224 (6 of
+12 convolutions; up to 5.3x slower). From the task's estimated one-core time
+(``collectors.threads.parallel_target``): below one region's cost, every tile level above the first reduction
+is 1 (one core); above it, those levels multiply to at least ``WAYS_PER_CORE x cores`` and the annotation
+lets the postproc fuse that many, whenever some legal value allows.
 """
 from __future__ import annotations
 
@@ -29,8 +43,28 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from collectors.threads import parallel_target, task_parallel_target
+
+__all__ = ["RULES", "CpuTiling", "healthy_factors", "parallel_target", "parallel_values", "root_nests", "rules_of",
+           "serial_sketches", "task_parallel_target", "tiling_of"]
+
 #: The annotation MetaSchedule's multi-level tiling puts on the block it tiles.
 TILING_KEY = "meta_schedule.tiling_structure"
+
+#: the rules healthy decoding applies (module docstring); ``healthy=True`` means all of them
+RULES = frozenset({"vector", "registers", "parallel"})
+
+def rules_of(healthy: bool | Sequence[str] | frozenset) -> frozenset:
+    """The healthy rules ``healthy`` names: True all (:data:`RULES`), False none, or a subset by
+    name (a study switching one rule off); an unknown name is refused."""
+    if healthy is True:
+        return RULES
+    if not healthy:
+        return frozenset()
+    out = frozenset(healthy)
+    if out - RULES:
+        raise ValueError(f"unknown healthy rule(s) {sorted(out - RULES)}; known: {sorted(RULES)}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -44,6 +78,17 @@ class CpuTiling:
     vectorize: bool  # an input is contiguous along that iterator too: its innermost factor should fill vectors
     lanes: int  # vector lanes of the written dtype
     registers: int  # vector registers of the target
+    extents: tuple[int, ...] = ()  # the spatial tiles' loop extents, as ``spatial`` (0: not static)
+    parallel: int = 0  # :func:`parallel_target` of the task: 0 none, 1 serial, P at least P ways
+    fused_at: int = 0  # the tile level (1-based) a consumer or cache write is computed at (0: none)
+
+    @property
+    def outer_levels(self) -> int:
+        """Spatial tile levels the parallel postproc fuses: those above the first reduction level,
+        down to the level where a consumer is computed (a loop whose body holds two statements
+        ends the fusion)."""
+        above = self.structure.index("R") if "R" in self.structure else self.structure.count("S")
+        return min(above, self.fused_at) if self.fused_at else above
 
     def inner_levels(self, reduction_inner_unit: bool) -> int:
         """How many innermost spatial levels form the register tile: those after the last ``R``
@@ -74,7 +119,12 @@ def tiling_of(space: Any, sketch: Any) -> CpuTiling | None:
     """:func:`cpu_tiling` of a sketch of ``space`` (a ``tlm.language.space.Space``), kept on the sketch."""
     known = sketch.__dict__.get("_cpu_tiling", False)
     if known is False:
-        known = sketch.__dict__["_cpu_tiling"] = cpu_tiling(sketch, space.task.mod, space.hardware)
+        known = cpu_tiling(sketch, space.task.mod, space.hardware)
+        if known is not None:
+            from dataclasses import replace
+
+            known = replace(known, parallel=task_parallel_target(space.task, space.hardware))
+        sketch.__dict__["_cpu_tiling"] = known
     return known
 
 
@@ -102,6 +152,9 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
             src = source(x.inputs[0])
             if src is not None and src[0] in block_name:
                 structure[block_name[src[0]]] = str(plain_json(x.inputs[1]))
+    fused_at = [source(x.inputs[1])[1] + 1 for x in insts
+                if x.kind.name in ("ReverseComputeAt", "ComputeAt") and len(x.inputs) > 1
+                and source(x.inputs[1]) is not None and insts[source(x.inputs[1])[0]].kind.name == "Split"]
     tiles: dict[str, list[tuple[int, int]]] = {}  # block -> (tile instruction, loop position)
     for c in sketch.choices:
         if c.kind != "tile":
@@ -126,35 +179,41 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
     if len(loops) != len(block.iter_vars) or any(not v.same_as(lp.loop_var)
                                                   for v, lp in zip(realize.iter_values, loops)):
         return None
-    spatial, reduction, axis = [], [], None
+    spatial, reduction, axis, extents = [], [], None, []
     pos, loaded = contiguous_axis(block)
+    extent_of = {c.inst_index: c.extent or 0 for c in sketch.choices if c.kind == "tile"}
     for inst, j in tiles[name]:
         if is_reduction(block.iter_vars[j]):
             reduction.append(inst)
         else:
             spatial.append(inst)
+            extents.append(extent_of.get(inst, 0))
             if j == pos:
                 axis = inst
     lanes = vector_lanes(int(hardware.vector_bits), str(block.writes[0].source.dtype))
     return CpuTiling(structure=structure[name], spatial=tuple(spatial), reduction=tuple(reduction), axis=axis,
-                     vectorize=bool(loaded), lanes=lanes, registers=vector_registers(hardware))
+                     vectorize=bool(loaded), lanes=lanes, registers=vector_registers(hardware),
+                     extents=tuple(extents), fused_at=min(fused_at, default=0))
 
 
 def healthy_factors(tiling: CpuTiling, inst: int, n: int, chosen: Sequence[int], extent: int,
-                    done: Mapping[int, Sequence[int]], values: list[int]) -> list[int]:
+                    done: Mapping[int, Sequence[int]], values: list[int], rules: frozenset = RULES) -> list[int]:
     """Of the legal ``values`` of tile ``inst``'s next factor (``chosen`` before it, ``n`` factors
     over ``extent``; ``done``: the tiles decided before this one), those that keep the program
-    healthy (module docstring); ``values`` itself when none does (a rule never makes a valid
-    program impossible)."""
+    healthy by ``rules`` (module docstring); ``values`` itself when none does (a rule never makes
+    a valid program impossible)."""
     rest = extent // math.prod(chosen) if chosen else extent
     i = len(chosen)
     if i >= n - 1:  # the last factor is forced
         return values
     out = values
-    if inst == tiling.axis and tiling.vectorize and extent % tiling.lanes == 0:
+    if "vector" in rules and inst == tiling.axis and tiling.vectorize and extent % tiling.lanes == 0:
         vec = [v for v in out if (rest // v) % tiling.lanes == 0]
         out = vec or out
-    if i != n - 2:
+    if "parallel" in rules and tiling.parallel and inst in tiling.spatial and i < tiling.outer_levels \
+            and (inst != tiling.axis or tiling.parallel == 1):
+        out = _parallel_factors(tiling, inst, chosen, rest, done, out)
+    if i != n - 2 or "registers" not in rules:
         return out
     if inst in tiling.spatial:
         # the innermost factor is fixed now: bound the register tile, every later tile counted as 1
@@ -171,3 +230,66 @@ def healthy_factors(tiling: CpuTiling, inst: int, n: int, chosen: Sequence[int],
         return out
     kept = [v for v in out if fits(v)]
     return kept or out
+
+
+def _parallel_factors(tiling: CpuTiling, inst: int, chosen: Sequence[int], rest: int,
+                      done: Mapping[int, Sequence[int]], values: list[int]) -> list[int]:
+    """The ``parallel`` rule on an outer-level factor of a spatial tile: 1 for a serial task; for a
+    parallel one, the values after which the outer levels can still multiply to the target (the
+    later outer levels of this tile taking what is left, the undecided tiles their whole extent).
+    The stride-1 axis is never asked to split for the cores: moving its loop out took the
+    vector loop of a 7-wide NCHW row (a 1x1 convolution 0.46x -> 0.12x the teacher)."""
+    if tiling.parallel == 1:
+        return [v for v in values if v == 1] or values
+    levels = tiling.outer_levels
+    have = math.prod(math.prod(done[s][:levels]) for s in tiling.spatial if s in done and s != inst)
+    have *= math.prod(chosen)
+    later = math.prod(e or 1 for s, e in zip(tiling.spatial, tiling.extents)
+                      if s not in done and s != inst and s != tiling.axis)
+    more_here = len(chosen) + 1 < levels
+
+    def reach(v: int) -> int:
+        return have * v * (rest // v if more_here else 1) * later
+
+    kept = [v for v in values if reach(v) >= tiling.parallel]
+    return kept or values
+
+
+def parallel_values(tiling: CpuTiling | None, values: list[int], rules: frozenset = RULES) -> list[int]:
+    """The ``parallel`` rule on the ``meta_schedule.parallel`` annotation's value: the postproc
+    fuses outer loops until their product passes it, so a value under the target can stop the
+    fusion early; values below ``target - 1`` go (never all of them)."""
+    if tiling is None or "parallel" not in rules or tiling.parallel < 2:
+        return values
+    return [v for v in values if v >= tiling.parallel - 1] or values
+
+
+#: instructions that take a block out of the root's loop nests, and that add one
+_MOVED = ("ComputeInline", "ReverseComputeInline", "ComputeAt", "ReverseComputeAt")
+_ADDED = ("CacheWrite", "CacheRead", "ReIndex", "RFactor")
+
+
+def root_nests(sketch: Any, mod: Any) -> int:
+    """How many loop nests a sketch's program has under the root block, each of which
+    MetaSchedule's postproc parallelizes on its own: the module's blocks plus those the sketch
+    adds (cache writes and reads, rfactor), less those it inlines or computes at another's loop."""
+    from tlm.language.space import sblocks
+
+    known = sketch.__dict__.get("_root_nests")
+    if known is None:
+        blocks = sum(1 for b in sblocks(mod) if str(b.name_hint) != "root")
+        for x in sketch.trace.insts:
+            name = x.kind.name
+            blocks += (name in _ADDED) - (name in _MOVED)
+        known = sketch.__dict__["_root_nests"] = blocks
+    return known
+
+
+def serial_sketches(space: Any, sketches: Sequence[Any]) -> list:
+    """The ``parallel`` rule on a task written serial: of ``sketches``, those whose program is one
+    loop nest (a second one at the root, an unfused epilogue say, is a parallel region of its own
+    whatever the tiles are: 4.1 us against 0.9 us for the default lowering of the demo BERT's
+    8x32x32 matmul + add); all of them when none is, or when the task is not serial."""
+    if not sketches or task_parallel_target(space.task, space.hardware) != 1:
+        return list(sketches)
+    return [sk for sk in sketches if root_nests(sk, space.task.mod) == 1] or list(sketches)

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator
 from collectors.hardware import Hardware
 from collectors.tasks import Task
 from tlm.language import EOS, PAD, apply_sentence, build_space, legal_next_tokens, live_sketches, prompt_tokens
+from tlm.language.health import rules_of, serial_sketches
 from tlm.service.constrained import make_logits_processor
 
 MAX_K = 64  # candidates one call may ask for
@@ -105,7 +106,7 @@ class Generation:
 
 
 def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1, ranker: Any = None,
-             pool: int = RANK_POOL, healthy: bool = True) -> Generation:
+             pool: int = RANK_POOL, healthy: bool | frozenset = True) -> Generation:
     """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood, or
     by ``ranker``'s predicted speed over ``pool`` samples (shared by the sketches) and the greedy programs.
     ``healthy`` (the default; False writes whatever the grammar allows): tile factors kept out of the
@@ -118,6 +119,8 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
         raise ValueError(f"pool must be between 1 and {4 * MAX_K}, got {pool}")
     space = build_space(task, hardware)
     sketches = live_sketches(space)
+    if "parallel" in rules_of(healthy):
+        sketches = serial_sketches(space, sketches)
     out = Generation(task.task_name, task.workload_key, hardware.key, sketches=len(sketches))
     if not sketches:
         raise ValueError(f"{task.task_name} has no sketch that gives a valid program on {hardware.key}")

@@ -134,6 +134,13 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
             if progress is not None:
                 progress(ts)
             continue
+        why = serial_default(task, hardware) if top_k == 1 else None
+        if why is not None:  # predicted: TVM's default lowering is the faster program
+            ts.error, ts.source = why, "default"
+            out.append(ts)
+            if progress is not None:
+                progress(ts)
+            continue
         try:
             choice = source(task, top_k)
         except (ValueError, ApiError) as exc:  # the source cannot schedule it: TVM's default stays
@@ -152,6 +159,35 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
         if progress is not None:
             progress(ts)
     return out
+
+
+def serial_default(task: Task, hardware: Hardware) -> str | None:
+    """Why TVM's default lowering of ``task`` is predicted faster than any program the model can
+    write, or None. A task whose one-core time is under what a parallel region saves
+    (``tlm.language.health.parallel_target`` 1) and whose design space tiles no block (layout,
+    elementwise, softmax, norms) gets a parallel loop from every sketch: MetaSchedule's postproc
+    parallelizes its outer loops whatever the annotation says. On the demo's small BERT those
+    served programs took 1.6-8.6 us where the default lowering, serial, took 0.01-0.8 us. A tiny
+    task with a tiled block is written serial instead (healthy decoding's ``parallel`` rule)."""
+    if hardware.kind != "cpu":
+        return None
+    from collectors.threads import one_core_seconds, task_parallel_target
+    from tlm.language import build_space
+    from tlm.language.health import tiling_of
+
+    if task_parallel_target(task, hardware) != 1:
+        return None
+    try:
+        space = build_space(task, hardware)
+    except ValueError:
+        return None  # the source says why it cannot write this task
+    if any(tiling_of(space, sk) is not None for sk in space.sketches):
+        return None
+    from collectors.tir import io_bytes
+
+    est = one_core_seconds(task.flops or 0.0, io_bytes(task.mod))
+    return (f"tiny: ~{est * 1e6:.2f} us on one core, less than a parallel region costs, and every sketch "
+            f"parallelizes it; TVM's default (serial) lowering kept")
 
 
 #: candidates measured per step of an anytime budget (one task at a time)
