@@ -3,7 +3,8 @@ MetaSchedule database of schedules, run and timed on this host.
 
 One home for what the demo, ``tlm compile`` and the benchmarks do with a whole model: build it
 (:func:`compile_model`), run it and unwrap its output (:func:`run_model`), time it
-(:func:`time_model`), and time the PyTorch module it came from (:func:`time_torch`) so the
+(:func:`time_model`, several builds in turn: :func:`time_side_by_side`), and time the PyTorch
+module it came from (:func:`time_torch`) so the
 comparison is made in one process with one protocol. Running refuses, before anything runs,
 hardware this host cannot execute (``collectors.hardware.check_runs_here``).
 """
@@ -16,6 +17,8 @@ from collectors.hardware import Hardware, check_runs_here
 from collectors.threads import run_on_cores
 
 
+#: timings of each build when several are compared (:func:`time_side_by_side`; medians reported)
+SIDE_BY_SIDE_RUNS = 5
 #: how near a whole-model build's output must be to PyTorch's (``numpy.allclose``'s arguments)
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
 
@@ -75,6 +78,21 @@ def time_model(executable: Any, args: Sequence[Any], hardware: Hardware | None =
     vm.set_input("main", *_inputs(args, dev))
     timer = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return float(timer("main").median)
+
+
+def time_side_by_side(builds: dict[str, Any], args: Sequence[Any], hardware: Hardware | None = None, *,
+                      runs: int = SIDE_BY_SIDE_RUNS) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Median seconds of each compiled model in ``builds`` (name -> executable), timed ``runs``
+    times in turn (A B A B ...), so a slow moment of this shared host hits every build alike;
+    also every run. One :func:`time_model` each gave the demo's small BERT verdicts from 0.96x
+    to 1.2x the untuned build on the same two builds."""
+    import statistics
+
+    every: dict[str, list[float]] = {name: [] for name in builds}
+    for _ in range(runs):
+        for name, exe in builds.items():
+            every[name].append(time_model(exe, args, hardware))
+    return {name: statistics.median(v) for name, v in every.items()}, every
 
 
 def time_torch(module: Any, args: Sequence[Any], *, threads: int, warmup: int = 5, runs: int = 30) -> float:

@@ -38,7 +38,8 @@ def test_quick_demo_end_to_end(tmp_path):
         # a base with a cost model: the served (ranked) top-1 is judged beside the greedy program
         assert ("tlm_greedy" in t["methods"]) == bool(report["ranked_by"])
     whole = report["whole_model"]
-    assert whole["correct"] and whole["scheduled"] == whole["tasks"] > 10
+    # every task served but the tiny ones no sketch writes serial (TVM's default lowering, issue 33)
+    assert whole["correct"] and 0 < whole["scheduled"] and whole["scheduled"] + whole["tiny_default"] == whole["tasks"] > 10
     assert all(v > 0 for v in whole["latency"].values())
     assert "TLM top-1" in r.stdout and "PyTorch eager" in r.stdout
     assert report["verdict"].startswith("verdict: served top-1") and report["verdict"] in r.stdout

@@ -34,10 +34,12 @@ ALLOWED = {
 #: collectors.layout: the API tells a deployer which inputs a schedule reads in another layout;
 #: collectors.fast_import: the dataset build's sampling processes load the CPU intrinsics alone,
 #: as every CPU tuning process does; collectors.rules: the generator ranks the rule baseline's
-#: program beside the model's, so the served top-1 never loses to it by the cost model's reckoning.
+#: program beside the model's, so the served top-1 never loses to it by the cost model's reckoning;
+#: collectors.threads: healthy decoding and the whole-model compile write a parallel loop only where
+#: starting one pays, by the same estimate the rules use.
 TLM_FROM_COLLECTORS = {"collectors.hardware", "collectors.tasks", "collectors.sketches", "collectors.tir",
                        "collectors.tuner", "collectors.zoo", "collectors.cost_model",
-                       "collectors.layout", "collectors.fast_import", "collectors.rules"}
+                       "collectors.layout", "collectors.fast_import", "collectors.rules", "collectors.threads"}
 #: tlm's rooms, lowest first: a room may import the rooms below it, never one above.
 TLM_ROOMS = ("tlm.language", "tlm.model", "tlm.service")
 #: What the language must run without (it is TVM only).

@@ -10,20 +10,16 @@ model, else the nearest, ranked by its cost model over the weighted pool); its s
 and its default lowering (the PrimFunc unscheduled: what the untuned build runs) are then timed
 in **one** measurement call per task (correctness-checked). Per task: weight x latency of each,
 so the sum says how much of the whole model's time is in kernels and which tasks hold it; the
-whole model is built and timed both ways beside it, ``WHOLE_RUNS`` times alternated (median).
+whole model is built and timed both ways beside it, ``collectors.compile.SIDE_BY_SIDE_RUNS`` times in turn (medians).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
 from typing import Any
 
 from bench._common import RESULTS, machine
-
-#: whole-model timings of each build, alternated (the median is reported, every run kept)
-WHOLE_RUNS = 5
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +39,7 @@ def study(model: str, *, small: bool, tlm_model: str | None) -> dict:
     from tvm.s_tir.schedule import Schedule
 
     from bench._common import refuse_beside_measuring
-    from collectors.compile import compile_model, time_model
+    from collectors.compile import compile_model, time_side_by_side
     from collectors.failure_modes import modes_of_trace
     from collectors.hardware import detect_hardware
     from collectors.tasks import extract_tasks, import_relax
@@ -77,12 +73,10 @@ def study(model: str, *, small: bool, tlm_model: str | None) -> dict:
                      "errors": [r.error for r in records if r.error]})
     served_build = compile_model(relax_mod, hw, database_of(chosen, hw))
     untuned_build = compile_model(relax_mod, hw)
-    runs: dict[str, list[float]] = {"served_ms": [], "untuned_ms": []}
-    for _ in range(WHOLE_RUNS):  # alternated, so a slow moment of the host hits both
-        runs["served_ms"].append(time_model(served_build, example, hw) * 1e3)
-        runs["untuned_ms"].append(time_model(untuned_build, example, hw) * 1e3)
-    whole: dict[str, Any] = {k: statistics.median(v) for k, v in runs.items()}
-    whole |= {"runs": runs, "served_over_untuned": whole["served_ms"] / whole["untuned_ms"],
+    median, runs = time_side_by_side({"served_ms": served_build, "untuned_ms": untuned_build}, example, hw)
+    whole: dict[str, Any] = {k: v * 1e3 for k, v in median.items()}
+    whole |= {"runs": {k: [x * 1e3 for x in v] for k, v in runs.items()},
+              "served_over_untuned": whole["served_ms"] / whole["untuned_ms"],
               "default_tasks": sum(ts.source == "default" for ts in chosen), "tasks": len(chosen)}
     return {"machine": machine(hw), "model": model, "small": small, "model_id": entry.model_id,
             "whole_model": whole, **summary(rows), "tasks": rows}

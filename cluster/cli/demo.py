@@ -372,7 +372,7 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: b
     """Build the whole model with the server's top-1 schedules and time it beside the untuned
     build and PyTorch eager; with ``ranked``, also with the greedy programs (``rank: false``),
     side by side: which answer makes the faster model is measured, not assumed."""
-    from collectors.compile import check_against_torch, compile_model, time_model, time_torch
+    from collectors.compile import check_against_torch, compile_model, time_side_by_side, time_torch
     from collectors.tasks import import_relax
     from collectors.zoo import build_model
     from tlm.service.whole_model import database_of, endpoint_source, schedule_tasks, weighted_pools
@@ -382,6 +382,7 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: b
     from rich.progress import Progress
 
     out: dict[str, Any] = {"tasks": len(tasks), "ranked": ranked, "correct": True, "latency": {}}
+    builds = {}
     for name, rank in ([("tlm", True), ("tlm_greedy", False)] if ranked else [("tlm", False)]):
         t0 = time.perf_counter()
         with Progress(transient=True) as bar:
@@ -394,16 +395,20 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: b
         build_s = time.perf_counter() - t1
         err, correct = check_against_torch(tuned, module, example, hw)
         scheduled = sum(1 for c in chosen if c.trace is not None)
+        tiny = sum(1 for c in chosen if c.trace is None and (c.error or "").startswith("tiny:"))
+        kept = f", {tiny} tiny ones kept at TVM's default (serial) lowering" if tiny else ""
         print(f"{model}: {scheduled}/{len(tasks)} tasks scheduled over HTTP ({'ranked' if rank else 'greedy'}) in "
-              f"{gen_s:.1f} s, built in {build_s:.1f} s; output vs PyTorch {'ok' if correct else 'MISMATCH'} "
+              f"{gen_s:.1f} s{kept}; built in {build_s:.1f} s; output vs PyTorch {'ok' if correct else 'MISMATCH'} "
               f"(max abs err {err:.1e})")
         out["correct"] &= correct
         out.setdefault("scheduled", scheduled)
+        out.setdefault("tiny_default", tiny)
         out[f"{name}_generate_s"], out[f"{name}_build_s"] = gen_s, build_s
-        out["latency"][f"{name}_s"] = time_model(tuned, example, hw)
+        builds[f"{name}_s"] = tuned
+    builds["untuned_s"] = compile_model(relax_mod, hw)
     lat = out["latency"]
-    lat |= {"untuned_s": time_model(compile_model(relax_mod, hw), example, hw),
-            "torch_eager_s": time_torch(module, example, threads=hw.cores)}
+    lat |= time_side_by_side(builds, example, hw)[0]  # medians, the builds timed in turn
+    lat["torch_eager_s"] = time_torch(module, example, threads=hw.cores)
     greedy = f" | TLM greedy {lat['tlm_greedy_s'] * 1e3:.3f} ms" if ranked else ""
     print(f"latency: TLM {lat['tlm_s'] * 1e3:.3f} ms{greedy} | untuned TVM {lat['untuned_s'] * 1e3:.3f} ms | "
           f"PyTorch eager {lat['torch_eager_s'] * 1e3:.3f} ms")
