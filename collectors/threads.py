@@ -48,9 +48,12 @@ def run_on_cores(cores: int) -> int:
 #: seconds one parallel region costs to start and join: 1.3-2.2 us for a 64-element loop on a
 #: 2-core Zen 3 with TVM's pool on both cores (a ``T.parallel(2)`` loop timed against ``T.serial(2)``)
 PARALLEL_REGION_S = 2e-6
-#: one core's rates on small tasks, for the one-core time estimate: the Zen 3 corpus's best
-#: one-core programs of small convolutions ran ~12 GFLOP/s; a copy streams ~15 GB/s
-SERIAL_FLOPS_PER_S = 12e9
+#: one core's rates on small tasks, for the one-core time estimate: TVM's default (serial)
+#: lowering ran the demo models' 50-200 KFLOP matmuls and convolutions at 30-45 GFLOP/s on the
+#: Zen 3 (``bench/results/task_times-*-small.json``; 12 GFLOP/s, the corpus's best one-core
+#: programs of 1-5 KFLOP convolutions, left 50-200 KFLOP tasks parallel and 1.5-2x slower than
+#: the default); a copy streams ~15 GB/s
+SERIAL_FLOPS_PER_S = 30e9
 SERIAL_BYTES_PER_S = 15e9
 #: how many ways a large task's parallel loop splits at least, per core: 2 on 2 cores leaves at
 #: most a third of a core idle (3 chunks on 2 cores); more constrained the tiles for no measured gain

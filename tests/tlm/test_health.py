@@ -157,13 +157,13 @@ def test_a_tiny_task_is_written_serial_and_a_large_one_many_ways_parallel():
 def test_the_parallel_target_follows_the_work_and_the_cores():
     """Serial below one region's saving, ``WAYS_PER_CORE x cores`` ways for real work, fewer when
     the chunks would be short, no opinion on one core; an unknown rule name is refused."""
-    from collectors.threads import PARALLEL_REGION_S, WAYS_PER_CORE, parallel_target
+    from collectors.threads import PARALLEL_REGION_S, SERIAL_FLOPS_PER_S, WAYS_PER_CORE, parallel_target
     from tlm.language.health import rules_of
 
     assert parallel_target(16_000, 10_000, 2) == 1
     assert parallel_target(200e6, 10_000_000, 2) == WAYS_PER_CORE * 2
     assert parallel_target(200e6, 10_000_000, 8) == WAYS_PER_CORE * 8
-    mid = parallel_target(12e9 * 6 * PARALLEL_REGION_S, 0, 2)  # one core would take 6 regions' time
+    mid = parallel_target(SERIAL_FLOPS_PER_S * 6 * PARALLEL_REGION_S, 0, 2)  # one core: 6 regions' time
     assert 2 <= mid < WAYS_PER_CORE * 2
     assert parallel_target(200e6, 10_000_000, 1) == 0
     with pytest.raises(ValueError, match="unknown healthy rule"):
