@@ -38,9 +38,13 @@ QUIET_ENV = {
 #: also adds a second handler to the driver's root logger: every warning of ours printed twice).
 #: Its INFO lines (worker group start-up) say nothing a user acts on; its placement-group
 #: cleaner warns every second that the state API is unavailable, which it is by design on a
-#: local Ray started without the dashboard (so its lines are errors only).
+#: local Ray started without the dashboard (so its lines are errors only); its autoscaling
+#: coordinator client logs a traceback when a resource request times out on an overloaded CPU
+#: ("safe to ignore", it says; a fixed local Ray never autoscales), seen on the demo's screen
+#: while the test suite loaded both cores (so errors only).
 QUIET_LOGGERS = {"ray.train": logging.WARNING,
-                 "ray.train.v2._internal.execution.controller.placement_group_cleaner": logging.ERROR}
+                 "ray.train.v2._internal.execution.controller.placement_group_cleaner": logging.ERROR,
+                 "ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client": logging.ERROR}
 
 #: Ray's own authentication for a Ray this project starts: every Ray client (driver, worker,
 #: CLI, dashboard) must present the cluster's token (``~/.ray/auth_token``, made by Ray when
