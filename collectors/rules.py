@@ -112,8 +112,9 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True) -> Ru
     order = sorted(range(len(sketches)), key=lambda i: (-_tiled_loops(sketches[i].trace),
                                                          not _fuses_consumer(sketches[i].trace), i))
     refused = []
+    serial = task_parallel_target(task, hardware) == 1
     for i in order:
-        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked)
+        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial)
         why = refusing_postproc(sch, task, hardware)
         if why is None:
             return RuleSchedule(sch, i, decisions, time.perf_counter() - t0)
@@ -129,8 +130,10 @@ def _fuses_consumer(trace: Any) -> bool:
     return any(inst.kind.name == "ReverseComputeAt" for inst in trace.insts)
 
 
-def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True) -> tuple[Any, dict]:
-    """Replay a sketch with every decision chosen by rule; the schedule and the decisions."""
+def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True,
+                 serial: bool = False) -> tuple[Any, dict]:
+    """Replay a sketch with every decision chosen by rule (``serial``: no parallel loop, the task
+    is smaller than what starting one saves); the schedule and the decisions."""
     from tvm.s_tir.schedule import Schedule
 
     plan = _tile_roles(trace)
@@ -138,7 +141,6 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     l1 = l1_bytes(hardware)
     sch = Schedule(as_module(task.mod))
     chosen: dict[int, Any] = {}
-    serial = task_parallel_target(task, hardware) == 1
     state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial}
     planned = _blocked_plans(task, hardware, trace, plan, serial) if blocked else {}
     counter = [0]  # the provider is called for every instruction, in trace order

@@ -71,18 +71,27 @@ def parallel_target(flops: float, nbytes: int, cores: int) -> int:
     (what splitting saves, ``t x (1 - 1/cores)``, is under one region's cost), else the least
     parallel extent worth having: ``WAYS_PER_CORE x cores``, fewer when the chunks would be
     shorter than two regions' cost."""
+    return target_of_seconds(one_core_seconds(flops, nbytes), cores)
+
+
+def target_of_seconds(t: float, cores: int) -> int:
+    """:func:`parallel_target` of a task whose one-core time is ``t`` seconds."""
     if cores < 2:
         return 0
-    t = one_core_seconds(flops, nbytes)
     if t * (1 - 1 / cores) < PARALLEL_REGION_S:
         return 1
     return max(2, min(WAYS_PER_CORE * cores, int(t / (2 * PARALLEL_REGION_S))))
 
 
-def task_parallel_target(task: Any, hardware: Any) -> int:
-    """:func:`parallel_target` of a task (its FLOPs, estimated when the task has none recorded)."""
+def task_one_core_seconds(task: Any) -> float:
+    """:func:`one_core_seconds` of a task (its FLOPs, estimated when the task has none recorded)."""
     from collectors.tasks import estimate_flops
     from collectors.tir import io_bytes
 
     flops = float(getattr(task, "flops", 0.0) or 0.0) or estimate_flops(task.mod)
-    return parallel_target(flops, io_bytes(task.mod), int(getattr(hardware, "cores", 1) or 1))
+    return one_core_seconds(flops, io_bytes(task.mod))
+
+
+def task_parallel_target(task: Any, hardware: Any) -> int:
+    """:func:`parallel_target` of a task on ``hardware``."""
+    return target_of_seconds(task_one_core_seconds(task), int(getattr(hardware, "cores", 1) or 1))

@@ -43,16 +43,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from collectors.threads import parallel_target, task_parallel_target
-
-__all__ = ["RULES", "CpuTiling", "healthy_factors", "parallel_target", "parallel_values", "root_nests", "rules_of",
-           "serial_sketches", "task_parallel_target", "tiling_of"]
+from collectors.threads import task_parallel_target
 
 #: The annotation MetaSchedule's multi-level tiling puts on the block it tiles.
 TILING_KEY = "meta_schedule.tiling_structure"
 
 #: the rules healthy decoding applies (module docstring); ``healthy=True`` means all of them
 RULES = frozenset({"vector", "registers", "parallel"})
+
 
 def rules_of(healthy: bool | Sequence[str] | frozenset) -> frozenset:
     """The healthy rules ``healthy`` names: True all (:data:`RULES`), False none, or a subset by
@@ -123,8 +121,17 @@ def tiling_of(space: Any, sketch: Any) -> CpuTiling | None:
         if known is not None:
             from dataclasses import replace
 
-            known = replace(known, parallel=task_parallel_target(space.task, space.hardware))
+            known = replace(known, parallel=space_parallel_target(space))
         sketch.__dict__["_cpu_tiling"] = known
+    return known
+
+
+def space_parallel_target(space: Any) -> int:
+    """``collectors.threads.task_parallel_target`` of the space's task, kept on the space (every
+    sketch's tiling and every ``generate`` call on the task ask for it)."""
+    known = space.__dict__.get("_parallel_target")
+    if known is None:
+        known = space.__dict__["_parallel_target"] = task_parallel_target(space.task, space.hardware)
     return known
 
 
@@ -152,9 +159,12 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
             src = source(x.inputs[0])
             if src is not None and src[0] in block_name:
                 structure[block_name[src[0]]] = str(plain_json(x.inputs[1]))
-    fused_at = [source(x.inputs[1])[1] + 1 for x in insts
-                if x.kind.name in ("ReverseComputeAt", "ComputeAt") and len(x.inputs) > 1
-                and source(x.inputs[1]) is not None and insts[source(x.inputs[1])[0]].kind.name == "Split"]
+    fused_at = []  # tile levels (1-based) of the Split loops a block is computed at
+    for x in insts:
+        if x.kind.name in ("ReverseComputeAt", "ComputeAt") and len(x.inputs) > 1:
+            loop = source(x.inputs[1])
+            if loop is not None and insts[loop[0]].kind.name == "Split":
+                fused_at.append(loop[1] + 1)
     tiles: dict[str, list[tuple[int, int]]] = {}  # block -> (tile instruction, loop position)
     for c in sketch.choices:
         if c.kind != "tile":
@@ -290,6 +300,6 @@ def serial_sketches(space: Any, sketches: Sequence[Any]) -> list:
     loop nest (a second one at the root, an unfused epilogue say, is a parallel region of its own
     whatever the tiles are: 4.1 us against 0.9 us for the default lowering of the demo BERT's
     8x32x32 matmul + add); all of them when none is, or when the task is not serial."""
-    if not sketches or task_parallel_target(space.task, space.hardware) != 1:
+    if not sketches or space_parallel_target(space) != 1:
         return list(sketches)
     return [sk for sk in sketches if root_nests(sk, space.task.mod) == 1] or list(sketches)
