@@ -56,6 +56,46 @@ def test_cached_forward_equals_the_transformers_forward(lm):
         torch.testing.assert_close(torch.stack(got[r]), want[r], atol=1e-4, rtol=1e-4)
 
 
+def test_a_frozen_prefix_gives_what_copying_it_gives(lm):
+    """Two prompts (9 and 6 tokens, right-padded) frozen, then 3 copies of each fed chunks of
+    different lengths (padded, some rows finished early and dropped by ``keep``): the same
+    logits as the plain cache that copies every prompt to every row."""
+    model, _ = lm
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(4, model.config.vocab_size, (n,), generator=g) for n in (9, 6)]
+    ids = torch.zeros(2, 9, dtype=torch.long)
+    real = torch.zeros(2, 9, dtype=torch.bool)
+    for r, p in enumerate(prompts):
+        ids[r, : len(p)], real[r, : len(p)] = p, True
+    rows = torch.tensor([0, 0, 0, 1, 1, 1])
+    steps = [torch.randint(4, model.config.vocab_size, (6, 3), generator=g) for _ in range(3)]
+    lengths = [[1, 3, 2, 1, 2, 3], [2, 1, 1, 3, 1, 2], [1, 1, 2, 1, 3, 1]]
+    outs = {}
+    with torch.no_grad():
+        for frozen in (False, True):
+            cache = CachedForward(model, 2, 4)
+            cache.feed(ids, torch.arange(9)[None].expand(2, 9), real)
+            if frozen:
+                cache.freeze()
+            cache.keep(rows)
+            pos = torch.tensor([len(prompts[int(r)]) for r in rows])
+            got = []
+            for step, (chunk, n) in enumerate(zip(steps, lengths)):
+                n = torch.tensor(n)
+                if step == 2:  # rows 1 and 4 finished: they leave the batch
+                    keep = torch.tensor([0, 2, 3, 5])
+                    cache.keep(keep)
+                    chunk, n, pos = chunk[keep], n[keep], pos[keep]
+                mask = torch.arange(3)[None] < n[:, None]
+                out = cache.feed(chunk, pos[:, None] + torch.arange(3)[None], mask)
+                got.append(out[mask])
+                pos = pos + n
+            outs[frozen] = torch.cat(got)
+    torch.testing.assert_close(outs[True], outs[False], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="frozen already"):
+        cache.freeze()
+
+
 def test_only_plain_gpt2_in_eval_mode_is_supported(lm):
     model, _ = lm
     assert supports(model)
