@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -252,9 +253,12 @@ def extract_tasks(model: Any, hardware: Hardware, *, model_name: str | None = No
 
     target = hardware.tvm_target()
     install_for_target(target)
-    name, module, args = resolve_model(model, **zoo_kwargs)
+    if relax_mod is None:
+        name, relax_mod = _zoo_relax(model, zoo_kwargs)
+    else:
+        name = resolve_model(model, **zoo_kwargs)[0]
     name = model_name or name
-    mod = relax_mod if relax_mod is not None else import_relax(module, args)
+    mod = relax_mod
     extracted = ms.relax_integration.extract_tasks(mod, target)
     tasks = []
     for t in extracted:
@@ -271,6 +275,36 @@ def extract_tasks(model: Any, hardware: Hardware, *, model_name: str | None = No
     tasks.sort(key=heaviest_first)
     logger.info("%s: %d tasks for %s", name, len(tasks), hardware.key)
     return tasks
+
+
+#: fused Relax modules of the zoo's small variants by (name, build options), oldest first: an
+#: import (torch.export, from_exported_program, the zero pipeline) takes 3-10 s, and one process
+#: often asks again (``tlm adapt`` lists its models' tasks and the judging set's in each step; a
+#: test worker extracts the same small models in many tests: ~6 s of each extraction). IRModules
+#: are immutable and Tasks are made anew per call, so nothing a caller changes leaks into the next.
+#: Full-size models are not kept: their weights are constants (BERT-base 0.4 GB), asked for once.
+_ZOO_RELAX: OrderedDict[tuple, Any] = OrderedDict()
+_ZOO_RELAX_KEEP = 8
+
+
+def _zoo_relax(model: Any, zoo_kwargs: dict) -> tuple[str, Any]:
+    """``(name, fused Relax module)`` of any accepted model form, a zoo model's small variant
+    from :data:`_ZOO_RELAX` when this process imported it before."""
+    from collectors.zoo import MODEL_NAMES
+
+    key = None
+    if isinstance(model, str) and model in MODEL_NAMES and zoo_kwargs.get("small"):
+        key = (model, tuple(sorted(zoo_kwargs.items())))
+        if key in _ZOO_RELAX:
+            _ZOO_RELAX.move_to_end(key)
+            return model, _ZOO_RELAX[key]
+    name, module, args = resolve_model(model, **zoo_kwargs)
+    mod = import_relax(module, args)
+    if key is not None:
+        _ZOO_RELAX[key] = mod
+        while len(_ZOO_RELAX) > _ZOO_RELAX_KEEP:
+            _ZOO_RELAX.popitem(last=False)
+    return name, mod
 
 
 def register_tasks(corpus: Any, tasks: Sequence[Task]) -> None:

@@ -29,6 +29,26 @@ def test_zoo_model_exports_extracts_and_matches_pytorch(name, cpu_hw):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
 
+def test_a_small_zoo_model_is_imported_once_per_process_and_its_tasks_made_anew(cpu_hw, monkeypatch):
+    """The second extraction of the same small model (same options) reuses the fused module;
+    its Tasks are new objects, so a caller's change (a summed weight) does not leak; other
+    options import again."""
+    import collectors.tasks as tasks_mod
+
+    imports = []
+    real = tasks_mod.import_relax
+    monkeypatch.setattr(tasks_mod, "import_relax", lambda *a: imports.append(1) or real(*a))
+    monkeypatch.setattr(tasks_mod, "_ZOO_RELAX", type(tasks_mod._ZOO_RELAX)())
+    first = extract_tasks("gpt2", cpu_hw, small=True, seq_len=4)
+    first[0].weight += 100
+    second = extract_tasks("gpt2", cpu_hw, small=True, seq_len=4)
+    assert len(imports) == 1
+    assert [t.workload_key for t in first] == [t.workload_key for t in second]
+    assert second[0] is not first[0] and second[0].weight == first[0].weight - 100
+    extract_tasks("gpt2", cpu_hw, small=True, seq_len=6)
+    assert len(imports) == 2
+
+
 def test_zoo_sizes_are_settable():
     _, (x,) = build_model("resnet50", small=True, batch=2, image_size=48)
     assert tuple(x.shape) == (2, 3, 48, 48)
