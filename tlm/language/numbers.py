@@ -39,15 +39,31 @@ def number_vocabulary() -> list[str]:
 
 def number_tokens(value: int) -> list[str]:
     """The words that write ``value`` (raises ``ValueError`` for a negative or huge value)."""
+    return list(_spelling(value))
+
+
+_SPELLINGS: dict[int, tuple[str, ...]] = {}
+
+
+def _spelling(value: int) -> tuple[str, ...]:
+    """:func:`number_tokens` as a tuple, cached: constrained decoding spells every legal value
+    of a choice at every word of every row (~1 million spellings for a full-size model's pools)."""
+    hit = _SPELLINGS.get(value)
+    if hit is not None:
+        return hit
     value = int(value)
     if value < 0:
         raise ValueError(f"negative number {value} is not expressible in the tensor language")
     if value <= MAX_WORD:
-        return [str(value)]
-    digits = str(value)
-    if len(digits) > MAX_DIGITS:
-        raise ValueError(f"number {value} has more than {MAX_DIGITS} digits")
-    return [f"num{len(digits)}", *digits]
+        out: tuple[str, ...] = (str(value),)
+    else:
+        digits = str(value)
+        if len(digits) > MAX_DIGITS:
+            raise ValueError(f"number {value} has more than {MAX_DIGITS} digits")
+        out = (f"num{len(digits)}", *digits)
+    if len(_SPELLINGS) < 100_000:
+        _SPELLINGS[value] = out
+    return out
 
 
 def next_number_tokens(values: Iterable[int], typed: Sequence[str]) -> tuple[set[str], int | None]:
@@ -59,12 +75,13 @@ def next_number_tokens(values: Iterable[int], typed: Sequence[str]) -> tuple[set
     spelling is a prefix of another).
     """
     n = len(typed)
+    typed = tuple(typed)
     nxt: set[str] = set()
     for v in values:
-        toks = number_tokens(v)
-        if len(toks) > n and list(toks[:n]) == list(typed):
+        toks = _spelling(v)
+        if len(toks) > n and toks[:n] == typed:
             nxt.add(toks[n])
-        elif len(toks) == n and list(toks) == list(typed):
+        elif len(toks) == n and toks == typed:
             return set(), int(v)
     return nxt, None
 
