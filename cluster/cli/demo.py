@@ -311,7 +311,7 @@ def _judge_tasks(url: str, hw: Any, tasks: list, k: int, *, greedy: bool = False
             asks = [("tlm_top1", 1, True), (f"tlm_best_of_{k}", k, True)] + ([("tlm_greedy", 1, False)] if greedy else [])
             for name, kk, rank in asks:
                 t0 = time.perf_counter()
-                r = client.schedules(task.tvmscript, hw.key, k=kk, rank=rank)
+                r = client.schedules(task.tvmscript, hw.key, k=kk, rank=rank, use_default=False)  # judged: the model's
                 methods[name] = Method([schedule_of(task.mod, c.trace, checked=True) for c in r.candidates],
                                        time.perf_counter() - t0, measured=kk > 1)
             search = search_methods(task, hw, 4 * k, budgets=(k,))

@@ -184,6 +184,28 @@ def test_a_workload_the_corpus_measured_is_answered_with_its_fastest_record(lm, 
         assert schedule(opt_out, task, cpu_hw, model, tok, "tiny-random", corpus=corpus).source == "model"
 
 
+def test_a_tiny_task_with_nothing_to_tile_is_answered_with_the_default_lowering(lm, cpu_hw):
+    """A 256-element relu costs less than a parallel region and every sketch parallelizes it: the
+    answer is TVM's default lowering (source 'default', no candidates, the reason), as ``tlm
+    compile`` keeps it; ``use_default`` false or a measured request gets the model's programs; a
+    large relu and a tiny matmul (healthy decoding writes it serial) are the model's."""
+    from tests.helpers.workloads import matmul, relu
+
+    model, tok = lm
+    tiny = relu(256).script()
+    req = ScheduleRequest(tvmscript=tiny, hardware=cpu_hw.key)
+    r = schedule(req, task_of_request(req, None), cpu_hw, model, tok, "tiny-random")
+    assert r.source == "default" and r.candidates == [] and r.best is None and r.reason.startswith("tiny:")
+    for opt_out in (ScheduleRequest(tvmscript=tiny, hardware=cpu_hw.key, use_default=False),
+                    ScheduleRequest(tvmscript=tiny, hardware=cpu_hw.key, measure=True)):
+        r = schedule(opt_out, task_of_request(opt_out, None), cpu_hw, model, tok, "tiny-random")
+        assert r.source == "model" and len(r.candidates) == 1 and r.reason is None
+    for mod in (relu(1 << 22), matmul(8, 64, 32)):
+        req = ScheduleRequest(tvmscript=mod.script(), hardware=cpu_hw.key)
+        r = schedule(req, task_of_request(req, None), cpu_hw, model, tok, "tiny-random")
+        assert r.source == "model" and len(r.candidates) == 1
+
+
 def _dense_tvmscript() -> str:
     """TOPI's dense, whose weight is layout-free (``layout_free_buffers``), as a deployer sends it."""
     import tvm

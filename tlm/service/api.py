@@ -62,6 +62,10 @@ class ScheduleRequest(BaseModel):
     use_corpus: bool = Field(True, description="when the server's corpus measured this workload on this hardware and "
                              "measure is false, answer with its fastest correct record (source 'corpus', its "
                              "measured latency) instead of generating")
+    use_default: bool = Field(True, description="on a CPU, a task TVM's default (serial) lowering is predicted to "
+                              "run faster than any program the model can write (a few microseconds of work with "
+                              "nothing to tile: every sketch parallelizes it) is answered with source 'default', no "
+                              "candidates and the reason, unless the request measures; false: the model's programs")
 
     @model_validator(mode="after")
     def _one_task(self) -> "ScheduleRequest":
@@ -106,7 +110,9 @@ class ScheduleResponse(BaseModel):
     model_id: str
     fallback: bool = False  # the key has no model of its own: model_id is the nearest key's (or a multi-key model)
     fallback_reason: str | None = None  # which key's model answers, and why that one
-    source: str = "model"  # "corpus": the corpus's fastest measured record of the workload on this key
+    source: str = "model"  # "corpus": the corpus's fastest measured record of the workload on this key;
+    # "default": TVM's default lowering is predicted faster than any program the model writes (no candidates)
+    reason: str | None = None  # source "default": why
     sketches: int  # live sketches generated
     candidates: list[CandidateOut]
     generate_s: float  # decoding (all sketches)
@@ -279,7 +285,9 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
     """Generate (and with ``measure`` build, run and check) the request's candidates, ranked by
     ``ranker`` (the model's cost model) when given and the request asks for it. A workload
     ``corpus`` measured on this key is answered with its fastest record instead (unless the
-    request measures or opts out: ``use_corpus``).
+    request measures or opts out: ``use_corpus``), and a tiny task with nothing to tile with TVM's
+    default lowering (``generator.serial_default``; unless the request measures or opts out:
+    ``use_default``): served programs of such tasks took 1.6-8.6 us where the default took 0.01-0.8.
 
     A task with no schedulable block, or one the model's context cannot hold, is a 422; a
     measurement this host cannot run (another CPU's ISA) is a 409. ``on_records`` receives the
@@ -288,7 +296,7 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
     from collectors import layout
     from collectors.hardware import NotRunnableHere
     from collectors.tir import trace_json
-    from tlm.service.generator import generate, measure_candidates
+    from tlm.service.generator import RANK_POOL, generate, measure_candidates, serial_default
     from tlm.language import live_sketches
     from tlm.language.space import block_names, build_space
 
@@ -313,9 +321,13 @@ def schedule(req: ScheduleRequest, task: Any, hardware: Any, model: Any, tokeniz
     if not sketches:
         raise ApiError(422, f"{task.task_name}: no schedulable block (no sketch gives a valid program on "
                             f"{hardware.key})")
+    if req.use_default and not req.measure:
+        why = serial_default(task, hardware)
+        if why is not None:
+            return ScheduleResponse(task_name=task.task_name, workload_key=task.workload_key, hardware=hardware.key,
+                                    model_id=model_id, source="default", reason=why, sketches=0, candidates=[],
+                                    generate_s=0.0, check_s=0.0)
     try:
-        from tlm.service.generator import RANK_POOL
-
         g = generate(task, hardware, model, tokenizer, k=req.k, ranker=ranker if req.rank else None,
                      pool=req.pool or RANK_POOL, healthy=req.healthy)
     except ValueError as exc:  # e.g. a prompt longer than the model's context

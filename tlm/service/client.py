@@ -20,11 +20,12 @@ class ScheduleClient:
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
     def schedules(self, tvmscript: str, hardware: str, *, k: int = 1, measure: bool = False,
-                  rank: bool = True, pool: int | None = None) -> ScheduleResponse:
+                  rank: bool = True, pool: int | None = None, use_default: bool = True) -> ScheduleResponse:
         """The server's answer for one PrimFunc; raises ApiError with the server's message on a 4xx/5xx."""
         import httpx
 
-        body = {"tvmscript": tvmscript, "hardware": hardware, "k": k, "measure": measure, "rank": rank}
+        body = {"tvmscript": tvmscript, "hardware": hardware, "k": k, "measure": measure, "rank": rank,
+                "use_default": use_default}
         if pool is not None:
             body["pool"] = pool
         try:

@@ -160,6 +160,32 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     return out
 
 
+def serial_default(task: Task, hardware: Hardware) -> str | None:
+    """Why TVM's default lowering of ``task`` is predicted faster than any program the model can
+    write, or None. A task whose one-core time is under what a parallel region saves
+    (``collectors.threads.parallel_target`` 1) and whose design space tiles no block (layout,
+    elementwise, softmax, norms) gets a parallel loop from every sketch: MetaSchedule's postproc
+    parallelizes its outer loops whatever the annotation says. On the demo's small BERT those
+    served programs took 1.6-8.6 us where the default lowering, serial, took 0.01-0.8 us. A tiny
+    task with a tiled block is written serial instead (healthy decoding's ``parallel`` rule)."""
+    if hardware.kind != "cpu":
+        return None
+    from collectors.threads import target_of_seconds, task_one_core_seconds
+    from tlm.language.health import tiling_of
+
+    est = task_one_core_seconds(task)
+    if target_of_seconds(est, hardware.cores) != 1:
+        return None
+    try:
+        space = build_space(task, hardware)
+    except ValueError:
+        return None  # the source says why it cannot write this task
+    if any(tiling_of(space, sk) is not None for sk in space.sketches):
+        return None
+    return (f"tiny: ~{est * 1e6:.2f} us on one core, less than a parallel region costs, and every sketch "
+            f"parallelizes it; TVM's default (serial) lowering kept")
+
+
 def rule_rows(task: Task, hardware: Hardware, sketches: list) -> list[tuple[int, list[str], None]]:
     """The rule baseline's program (``collectors.rules``, BLIS-style blocking) as a row of the
     pool: the cost model ranks it beside the model's programs, so the served top-1 is never

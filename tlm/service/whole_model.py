@@ -106,7 +106,10 @@ def endpoint_source(url: str, hardware_key: str, *, token: str | None = None, ra
     client = ScheduleClient(url, token=token)
 
     def source(task: Task, k: int) -> Proposal:
-        r = client.schedules(task.tvmscript, hardware_key, k=k, rank=rank, pool=(pools or {}).get(task.workload_key))
+        # the server's programs always: schedule_tasks decides on the default lowering itself (at top_k 1;
+        # a measured top_k measures the candidates instead)
+        r = client.schedules(task.tvmscript, hardware_key, k=k, rank=rank, pool=(pools or {}).get(task.workload_key),
+                             use_default=False)
         return Proposal([c.trace for c in r.candidates], r.model_id, r.generate_s + r.check_s)
 
     return source
@@ -122,6 +125,7 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
     ``tlm:<model id>``).
     """
     from tlm.service.api import ApiError
+    from tlm.service.generator import serial_default
 
     out = []
     for task in tasks:
@@ -159,33 +163,6 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
         if progress is not None:
             progress(ts)
     return out
-
-
-def serial_default(task: Task, hardware: Hardware) -> str | None:
-    """Why TVM's default lowering of ``task`` is predicted faster than any program the model can
-    write, or None. A task whose one-core time is under what a parallel region saves
-    (``collectors.threads.parallel_target`` 1) and whose design space tiles no block (layout,
-    elementwise, softmax, norms) gets a parallel loop from every sketch: MetaSchedule's postproc
-    parallelizes its outer loops whatever the annotation says. On the demo's small BERT those
-    served programs took 1.6-8.6 us where the default lowering, serial, took 0.01-0.8 us. A tiny
-    task with a tiled block is written serial instead (healthy decoding's ``parallel`` rule)."""
-    if hardware.kind != "cpu":
-        return None
-    from collectors.threads import target_of_seconds, task_one_core_seconds
-    from tlm.language import build_space
-    from tlm.language.health import tiling_of
-
-    est = task_one_core_seconds(task)
-    if target_of_seconds(est, hardware.cores) != 1:
-        return None
-    try:
-        space = build_space(task, hardware)
-    except ValueError:
-        return None  # the source says why it cannot write this task
-    if any(tiling_of(space, sk) is not None for sk in space.sketches):
-        return None
-    return (f"tiny: ~{est * 1e6:.2f} us on one core, less than a parallel region costs, and every sketch "
-            f"parallelizes it; TVM's default (serial) lowering kept")
 
 
 #: candidates measured per step of an anytime budget (one task at a time)
