@@ -60,17 +60,13 @@ def decode_constrained(model: Any, tokenizer: Any, prompts: list[list[str]], all
         active = list(range(len(rows)))  # rows still writing, in cache order
         while active:
             logp = torch.log_softmax(logits.float(), -1)
+            legal = [_ids(allowed(rows[r], words[r]), vocab, len(prompts[rows[r]]) + len(words[r])) for r in active]
+            picks = _choose(logits, legal, gen if sample else None)
+            chosen_lp = logp[torch.arange(len(active)), torch.tensor(picks)].tolist()
             chunks = []
             for j, r in enumerate(active):
-                legal = _ids(allowed(rows[r], words[r]), vocab, len(prompts[rows[r]]) + len(words[r]))
-                if len(legal) == 1:
-                    pick = legal[0]
-                else:
-                    masked = torch.full_like(logits[j], float("-inf"))
-                    masked[legal] = logits[j, legal]
-                    pick = int(torch.multinomial(torch.softmax(masked, -1), 1, generator=gen)) if sample \
-                        else int(masked.argmax())
-                scores[r] += float(logp[j, pick])
+                pick = picks[j]
+                scores[r] += chosen_lp[j]
                 chunk = [pick]
                 words[r].append(words_of(pick))
                 while words[r][-1] != EOS:  # the words the grammar forces next
@@ -144,6 +140,29 @@ def _prefill(model: Any, encoded: list[list[int]], pad: int) -> tuple[Any, Any]:
     positions = common + torch.arange(width)[None].expand(n, width)
     logits = cache.feed(ids, positions, real, logits_at=torch.tensor([len(r) - 1 for r in rest]))
     return cache, logits
+
+
+def _choose(logits: Any, legal: list[list[int]], gen: Any) -> list[int]:
+    """Each row's next word among its ``legal`` ids: the only one, else the arg-max of the logits
+    (``gen`` None) or a draw from their softmax over the legal ids (seeded by ``gen``), every row
+    with a choice masked and drawn in one batch (one row at a time, the small tensor operations
+    of 96 sampled rows cost more than the forward of a step)."""
+    import torch
+
+    picks = [ids[0] if len(ids) == 1 else -1 for ids in legal]
+    free = [j for j, ids in enumerate(legal) if len(ids) > 1]
+    if not free:
+        return picks
+    rows = torch.tensor([j for j in free for _ in legal[j]])
+    cols = torch.tensor([i for j in free for i in legal[j]])
+    sub = torch.full((len(free), logits.shape[-1]), float("-inf"), dtype=logits.dtype)
+    at = torch.repeat_interleave(torch.arange(len(free)), torch.tensor([len(legal[j]) for j in free]))
+    sub[at, cols] = logits[rows, cols]
+    drawn = torch.multinomial(torch.softmax(sub.float(), -1), 1, generator=gen)[:, 0] if gen is not None \
+        else sub.argmax(-1)
+    for j, pick in zip(free, drawn.tolist()):
+        picks[j] = pick
+    return picks
 
 
 def _ids(legal: set[str], vocab: dict[str, int], position: int) -> list[int]:
