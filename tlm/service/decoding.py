@@ -146,7 +146,7 @@ def _choose(logits: Any, legal: list[list[int]], gen: Any) -> list[int]:
     """Each row's next word among its ``legal`` ids: the only one, else the arg-max of the logits
     (``gen`` None) or a draw from their softmax over the legal ids (seeded by ``gen``), every row
     with a choice masked and drawn in one batch (one row at a time, the small tensor operations
-    of 96 sampled rows cost more than the forward of a step)."""
+    of 96 sampled rows took ~8% of a pool's decoding)."""
     import torch
 
     picks = [ids[0] if len(ids) == 1 else -1 for ids in legal]
