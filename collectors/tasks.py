@@ -258,8 +258,7 @@ def extract_tasks(model: Any, hardware: Hardware, *, model_name: str | None = No
     else:
         name = resolve_model(model, **zoo_kwargs)[0]
     name = model_name or name
-    mod = relax_mod
-    extracted = ms.relax_integration.extract_tasks(mod, target)
+    extracted = ms.relax_integration.extract_tasks(relax_mod, target)
     tasks = []
     for t in extracted:
         prim = t.dispatched[0]

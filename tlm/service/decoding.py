@@ -153,11 +153,10 @@ def _choose(logits: Any, legal: list[list[int]], gen: Any) -> list[int]:
     free = [j for j, ids in enumerate(legal) if len(ids) > 1]
     if not free:
         return picks
-    rows = torch.tensor([j for j in free for _ in legal[j]])
     cols = torch.tensor([i for j in free for i in legal[j]])
-    sub = torch.full((len(free), logits.shape[-1]), float("-inf"), dtype=logits.dtype)
     at = torch.repeat_interleave(torch.arange(len(free)), torch.tensor([len(legal[j]) for j in free]))
-    sub[at, cols] = logits[rows, cols]
+    sub = torch.full((len(free), logits.shape[-1]), float("-inf"), dtype=logits.dtype)
+    sub[at, cols] = logits[torch.tensor(free)[at], cols]
     drawn = torch.multinomial(torch.softmax(sub.float(), -1), 1, generator=gen)[:, 0] if gen is not None \
         else sub.argmax(-1)
     for j, pick in zip(free, drawn.tolist()):
