@@ -136,3 +136,19 @@ def test_samples_are_seeded_valid_and_scored_like_the_model_scores_them(lm, task
     for (_, words, (lp, n)), (want, m) in zip(rows, rescored):
         assert words[-1] == "[EOS]" and n == m == len(words)
         assert lp == pytest.approx(want, abs=1e-3)
+
+
+def test_a_cold_pool_is_the_greedy_program_and_scores_stay_the_models(lm, tasks, cpu_hw):
+    """The ranked pool's temperature divides the logits a sample is drawn from, never its score:
+    near zero every sample is its prompt's greedy program, scored as greedy scores it; zero is refused."""
+    model, tok = lm
+    task = tasks["matmul"]
+    space = build_space(task, cpu_hw)
+    prompts = [prompt_tokens(space, sk) for sk in live_sketches(space)]
+    greedy = decode_prompts(model, tok, task, cpu_hw, prompts, 1)
+    cold = decode_prompts(model, tok, task, cpu_hw, prompts, 3, sample=True, seed=5, temperature=1e-5)
+    for i, words, (lp, n) in cold:
+        assert words == greedy[i][1]
+        assert lp == pytest.approx(greedy[i][2][0], abs=1e-3) and n == greedy[i][2][1]
+    with pytest.raises(ValueError, match="temperature"):
+        decode_prompts(model, tok, task, cpu_hw, prompts, 3, sample=True, temperature=0.0)

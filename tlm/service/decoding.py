@@ -27,16 +27,20 @@ Allowed = Callable[[int, list[str]], set[str]]
 
 def decode_constrained(model: Any, tokenizer: Any, prompts: list[list[str]], allowed: Allowed, *, copies: int = 1,
                        sample: bool = False, seed: int = 0, max_new: int, label: str = "",
-                       encoded: list[list[int]] | None = None) -> list[tuple[int, list[str], tuple[float, int]]]:
+                       encoded: list[list[int]] | None = None,
+                       temperature: float = 1.0) -> list[tuple[int, list[str], tuple[float, int]]]:
     """Greedy (or, with ``sample``, seeded sampling of ``copies`` sequences per prompt) decoding of
     every prompt under ``allowed``; ``(prompt index, words up to [EOS], (log-probability, words))``
     per sequence, prompt by prompt. Raises ``ValueError`` when a sequence does not end within
     ``max_new`` words (``label``, the task, names it) and :class:`LanguageError` when a legal word is not in the vocabulary.
-    ``encoded``: the prompts' token ids, when the caller has them already."""
+    ``encoded``: the prompts' token ids, when the caller has them already. ``temperature`` divides
+    the logits a sampled word is drawn from (above 1: a wider pool); scores stay the model's own."""
     import torch
 
     if copies > 1 and not sample:
         raise ValueError("copies > 1 needs sample=True (greedy copies would be identical)")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be above 0, got {temperature}")
     vocab = tokenizer.get_vocab()
     words_of = tokenizer.convert_ids_to_tokens
     if encoded is None:
@@ -61,7 +65,7 @@ def decode_constrained(model: Any, tokenizer: Any, prompts: list[list[str]], all
         while active:
             logp = torch.log_softmax(logits.float(), -1)
             legal = [_ids(allowed(rows[r], words[r]), vocab, len(prompts[rows[r]]) + len(words[r])) for r in active]
-            picks = _choose(logits, legal, gen if sample else None)
+            picks = _choose(logits, legal, gen if sample else None, temperature)
             chosen_lp = logp[torch.arange(len(active)), torch.tensor(picks)].tolist()
             chunks = []
             for j, r in enumerate(active):
@@ -142,9 +146,9 @@ def _prefill(model: Any, encoded: list[list[int]], pad: int) -> tuple[Any, Any]:
     return cache, logits
 
 
-def _choose(logits: Any, legal: list[list[int]], gen: Any) -> list[int]:
+def _choose(logits: Any, legal: list[list[int]], gen: Any, temperature: float = 1.0) -> list[int]:
     """Each row's next word among its ``legal`` ids: the only one, else the arg-max of the logits
-    (``gen`` None) or a draw from their softmax over the legal ids (seeded by ``gen``), every row
+    (``gen`` None) or a draw from their softmax over the legal ids at ``temperature`` (seeded by ``gen``), every row
     with a choice masked and drawn in one batch (one row at a time, the small tensor operations
     of 96 sampled rows took ~8% of a pool's decoding)."""
     import torch
@@ -157,8 +161,10 @@ def _choose(logits: Any, legal: list[list[int]], gen: Any) -> list[int]:
     at = torch.repeat_interleave(torch.arange(len(free)), torch.tensor([len(legal[j]) for j in free]))
     sub = torch.full((len(free), logits.shape[-1]), float("-inf"), dtype=logits.dtype)
     sub[at, cols] = logits[torch.tensor(free)[at], cols]
-    drawn = torch.multinomial(torch.softmax(sub.float(), -1), 1, generator=gen)[:, 0] if gen is not None \
-        else sub.argmax(-1)
+    if gen is None:
+        drawn = sub.argmax(-1)
+    else:
+        drawn = torch.multinomial(torch.softmax(sub.float() / temperature, -1), 1, generator=gen)[:, 0]
     for j, pick in zip(free, drawn.tolist()):
         picks[j] = pick
     return picks

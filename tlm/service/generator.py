@@ -45,6 +45,8 @@ MAX_K = 64  # candidates one call may ask for
 #: greedy one, few enough to decode and prove in a few seconds however many sketches a task has
 #: (a softmax has a dozen: 32 each took 33 s)
 RANK_POOL = 96
+#: the ranked pool's sampling temperature (1: the model's own distribution)
+POOL_TEMPERATURE = 1.0
 #: torch intra-op threads while decoding. One step of a small GPT-2 on a few rows is ~0.1 ms of
 #: arithmetic, so a second thread buys nothing and its barrier costs much when the cores are
 #: busy: a ResNet conv2d took 0.19-0.48 s on 1 thread and 1.2-9 s on 2 with a collection
@@ -106,13 +108,15 @@ class Generation:
 
 
 def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1, ranker: Any = None,
-             pool: int = RANK_POOL, healthy: bool | frozenset = True) -> Generation:
+             pool: int = RANK_POOL, healthy: bool | frozenset = True,
+             temperature: float = POOL_TEMPERATURE) -> Generation:
     """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood, or
     by ``ranker``'s predicted speed over ``pool`` samples (shared by the sketches) and the greedy programs.
     ``healthy`` (the default; False writes whatever the grammar allows): tile factors kept out of the
     CPU's static failure modes (``tlm.language.health``): measured on 12 held-out Zen 3 convolutions
     it raised the greedy program 0.35x -> 0.48x the teacher and the ranked one 0.51x -> 0.65x, and
-    left the fit on training tasks as it was (0.95x), ``bench/results/levers/healthy-*.json``."""
+    left the fit on training tasks as it was (0.95x), ``bench/results/levers/healthy-*.json``.
+    ``temperature``: the ranked pool's sampling temperature (:data:`POOL_TEMPERATURE`)."""
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
     if ranker is not None and not 1 <= pool <= 4 * MAX_K:
@@ -134,7 +138,7 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
         else:  # the greedy programs first: the cost model then never loses the likelihood's favourite
             rows = decode_prompts(model, tokenizer, task, hardware, prompts, 1, healthy=healthy)
             rows += decode_prompts(model, tokenizer, task, hardware, prompts, max(1, -(-pool // len(prompts))),
-                                   sample=True, healthy=healthy)
+                                   sample=True, healthy=healthy, temperature=temperature)
             ruled = rule_rows(task, hardware, sketches)
             rows += ruled
         cands = likelihood_ranked(model, tokenizer, prompts, sketches, rows)
@@ -244,11 +248,12 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, prompts: list[list[str]],
                    k: int, *, sample: bool = False, seed: int = 0,
-                   healthy: bool = True) -> list[tuple[int, list[str], tuple[float, int] | None]]:
+                   healthy: bool = True, temperature: float = 1.0) -> list[tuple[int, list[str], tuple[float, int] | None]]:
     """Constrained decoding of ``prompts`` in one batch (greedy for ``k == 1``, else ``k`` beams per
     prompt; with ``sample``, ``k`` sequences per prompt drawn from the model's distribution under
     the constraint, seeded by ``seed``, so still the same run to run; ``healthy``: the constraint also
-    keeps tile factors out of the CPU's static failure modes), unranked and unproven:
+    keeps tile factors out of the CPU's static failure modes; ``temperature`` divides the logits
+    samples are drawn from), unranked and unproven:
     ``(prompt index, generated words up to [EOS], (log-probability, words) or None)`` for every
     returned sequence; the score is given for greedy and sampled rows (beams are re-scored).
     :func:`generate` ranks and proves these; the serving benchmark times this step alone."""
@@ -270,7 +275,7 @@ def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, p
         return decode_constrained(model, tokenizer, prompts,
                                   lambda i, new: legal_next_tokens(prompts[i] + new, task, hardware, healthy=healthy),
                                   copies=copies, sample=sample, seed=seed, max_new=room, label=task.task_name,
-                                  encoded=encoded)
+                                  encoded=encoded, temperature=temperature)
     batch = tokenizer(texts, return_tensors="pt", padding=True)
     proc = make_logits_processor(tokenizer, task, hardware, [p for p in prompts for _ in range(copies)], width,
                                  healthy=healthy)
@@ -278,7 +283,7 @@ def decode_prompts(model: Any, tokenizer: Any, task: Task, hardware: Hardware, p
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         # sampling draws from the whole (constrained) distribution; greedy and beams take no such flags
-        how = {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 1.0} if sample else {"do_sample": False}
+        how = {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": temperature} if sample else {"do_sample": False}
         gen = model.generate(**batch, logits_processor=[proc], num_beams=beams, num_return_sequences=copies,
                              max_new_tokens=room, use_cache=True, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=tokenizer.eos_token_id, early_stopping=beams > 1,
