@@ -13,14 +13,15 @@ reduction block with the largest iteration domain (or, without a reduction, the 
 block); the stride-1 axis is the last index of the buffer it writes; which loops carry that
 axis, and with which stride, comes from TVM's affine iter-map analysis of the block's bindings
 (fused and split loops alike). The modes (``L`` = vector lanes of the written dtype, ``R`` = the
-target's vector registers):
+target's vector registers an accumulator may take):
 
 - ``no_simd``: the innermost factor ``f`` of the stride-1 axis (the extent of its stride-1
   loop) is 1 or 2;
 - ``short_vector``: ``2 < f < L``, less than one vector;
 - ``ragged_vector``: ``f > L`` and ``f % L != 0``, full vectors and a ragged tail;
 - ``register_spill``: the register tile (the spatial loops inside the innermost reduction loop)
-  needs more than ``R`` vector registers (``tile / f * ceil(f / L)``);
+  needs more than ``R`` vector registers as accumulators (``tile / f * ceil(f / L)``; ``R`` is
+  ``collectors.hardware.accumulator_registers``: all but the few the operands need);
 - ``one_core``: no parallel loop of extent >= 2 over the main block on a multi-core target.
 
 The three vector modes count only when they were avoidable: the axis has a tile that is a
@@ -34,7 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from collectors.hardware import vector_registers
+from collectors.hardware import accumulator_registers
 from collectors.tir import block_realizes, contiguous_axis, is_reduction, vector_lanes
 
 #: every mode, in the order reports list them
@@ -51,7 +52,7 @@ class LoopShape:
     register_tile: int | None  # elements of the spatial loops inside the innermost reduction loop; None: no reduction
     parallel: int  # product of the parallel loops' extents over the main block (1: one core)
     lanes: int  # vector lanes of the written dtype on the target
-    registers: int  # vector registers of the target
+    registers: int  # vector registers the accumulators may take on the target (accumulator_registers)
     contiguous_input: bool  # the stride-1 output axis is the last dimension of an input the block reads
 
 
@@ -126,7 +127,7 @@ def loop_shape(mod: Any, hardware: Any) -> LoopShape | None:
     inner = _stride1_factor(binding[block.iter_vars[axis].var], loops, depth + 1) if axis is not None else 1
     parallel = math.prod(int(lp.extent) for lp in loops if lp.kind == tirx.ForKind.PARALLEL)
     return LoopShape(block=str(block.name_hint), axis_extent=axis_extent, inner_factor=inner, register_tile=tile,
-                     parallel=parallel, lanes=lanes, registers=vector_registers(hardware),
+                     parallel=parallel, lanes=lanes, registers=accumulator_registers(hardware),
                      contiguous_input=bool(loaded))
 
 

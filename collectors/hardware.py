@@ -129,6 +129,20 @@ def vector_registers(hardware: "Hardware") -> int:
     return 32 if str(getattr(hardware, "arch", "")).startswith(("armv8", "aarch64", "neoverse", "apple")) else 16
 
 
+#: vector registers a register tile leaves to its operands (the broadcast element, the loaded
+#: vectors, an address): BLIS's AVX2 kernel holds 12 accumulators in 16 registers. Measured on the
+#: Zen 3 corpus's convolution records (9,358, 2026-12-05): register tiles of 9-12 accumulators ran
+#: at 0.51x their task's best (geomean; 32% within 0.8x of it), 13-15 at 0.26x, exactly 16 at
+#: 0.21x (7-8% within 0.8x): as slow as the tiles that overflow the 16 (0.11-0.28x)
+OPERAND_REGISTERS = 4
+
+
+def accumulator_registers(hardware: "Hardware") -> int:
+    """Vector registers a register tile's accumulators may take without spilling: all of
+    :func:`vector_registers` but :data:`OPERAND_REGISTERS`."""
+    return vector_registers(hardware) - OPERAND_REGISTERS
+
+
 def nearness(want: Hardware, have: Hardware) -> tuple[int, float, int]:
     """How close ``have`` is to ``want`` as a source of schedules, as a sortable tuple (larger is
     nearer): same kind first (a CPU schedule means nothing to a GPU), then the same vector width

@@ -82,14 +82,18 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
             "summary": summary, "tasks": rows}
 
 
-#: how a model may write: every healthy rule, none, or all but one (``healthy-no-<rule>``)
-DECODINGS = ("plain", "healthy", "healthy-no-parallel", "healthy-no-vector", "healthy-no-registers")
+#: how a model may write: every healthy rule, none, all but one (``healthy-no-<rule>``), or the
+#: register rule as it was (``healthy-registers-all``)
+DECODINGS = ("plain", "healthy", "healthy-no-parallel", "healthy-no-vector", "healthy-no-registers",
+             "healthy-registers-all")
 
 
 def _healthy(how: str) -> bool | frozenset:
     """The ``healthy`` argument of ``generate`` a decoding name stands for (:data:`DECODINGS`)."""
     from tlm.language.health import RULES
 
+    if how == "healthy-registers-all":  # the register rule as it was: every vector register an accumulator
+        return RULES - {"registers"} | {"registers-all"}
     if how.startswith("healthy-no-"):
         return RULES - {how.removeprefix("healthy-no-")}
     return how == "healthy"

@@ -78,7 +78,7 @@ def test_a_gemv_like_layout_is_not_asked_to_vectorize_its_output():
     assert tiling is not None and not tiling.vectorize
     nn = tiling_of(build_space(make_task(matmul(64, 64, 64), "matmul", "matmul"), hw),
                    build_space(make_task(matmul(64, 64, 64), "matmul", "matmul"), hw).sketches[0])
-    assert nn.vectorize and nn.lanes == 8 and nn.registers == 16
+    assert nn.vectorize and nn.lanes == 8 and nn.registers == 12  # of 16: four hold the operands
 
 
 def test_healthy_words_are_a_subset_and_reading_stays_unconstrained():
