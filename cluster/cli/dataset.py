@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     b.add_argument("--language", type=int, default=None,
                    help="prompt grammar version (default 1, the shipped models'; 2 adds each buffer's "
                         "dimensions, vector lanes and registers, and where a sketch fuses)")
+    b.add_argument("--measured-before", default=None, metavar="INSTANT",
+                   help="only records measured before this ISO-8601 instant, e.g. 2026-12-05T00:16:45Z "
+                        "(a set rebuilt exactly from a corpus that has grown since)")
     b.add_argument("--workers", type=int, default=1,
                    help="processes sampling the pretraining programs (default 1; the same rows with more)")
     b.set_defaults(func=run_build)
@@ -62,7 +65,14 @@ def run_build(args: argparse.Namespace) -> int:
     fast_import.install()  # CPU sketches only need the x86 intrinsics; CUDA spaces add theirs
     config = DatasetConfig(pretrain_per_sketch=args.per_sketch, finetune_top_k=args.top_k,
                            held_out_models=held_out, hardware_keys=comma_list(args.hardware), seed=args.seed,
-                           language=language)
+                           language=language, measured_before=args.measured_before)
+    from tlm.model.dataset import measured_before
+
+    try:
+        measured_before(config)
+    except ValueError:
+        raise UsageError(f"--measured-before {args.measured_before!r}: not an ISO-8601 instant; "
+                         "give e.g. 2026-12-05T00:16:45Z") from None
     with open_corpus(args) as corpus, user_errors(FileExistsError):
         summary = build_datasets(corpus, args.out, config, workers=args.workers)
     print(f"{summary.pretrain_rows} pretraining and {summary.finetune_rows} fine-tuning sentences "

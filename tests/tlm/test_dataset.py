@@ -153,3 +153,23 @@ def test_znver4_sets_load_with_ray_data(built):
         if started:
             ray.shutdown()
     assert len(read) == 2
+
+
+def test_znver4_a_set_pinned_to_an_instant_leaves_later_records_out(corpus, tmp_path, capsys):
+    """``measured_before``: a shipped model's set is rebuilt exactly from a corpus that has grown
+    since (records measured at or after the instant are left out); a bad instant is one line, exit 2."""
+    import datetime as dt
+
+    from cluster.cli import main
+
+    cfg = dict(pretrain_per_sketch=0, finetune_top_k=0, held_out_models=("model_b",))
+    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    every = build_datasets(corpus, str(tmp_path / "now"), DatasetConfig(**cfg, measured_before=now), progress=False)
+    assert every.finetune_rows == build_datasets(corpus, str(tmp_path / "all"), DatasetConfig(**cfg),
+                                                 progress=False).finetune_rows > 0
+    early = build_datasets(corpus, str(tmp_path / "early"), DatasetConfig(**cfg, measured_before="2001-01-01T00:00Z"),
+                           progress=False)
+    assert early.finetune_rows == 0 and early.skipped.get("measured at or after 2001-01-01T00:00Z", 0) > 0
+    assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(tmp_path / "bad"),
+                 "--measured-before", "yesterday"]) == 2
+    assert "--measured-before 'yesterday'" in capsys.readouterr().err

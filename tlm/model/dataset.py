@@ -46,6 +46,9 @@ class DatasetConfig:
     hardware_keys: tuple[str, ...] = ()  # only these hardware keys (empty: every one in the corpus)
     seed: int = 0  # seeds the design-space sampling
     language: int = 1  # prompt grammar version of its sentences (tlm.language.LANGUAGE_VERSIONS; absent: 1)
+    # only records measured before this ISO-8601 instant (None: every one): a shipped model's set
+    # rebuilt exactly from a corpus that has grown since (a round going on after it was trained)
+    measured_before: str | None = None
 
 
 @dataclass
@@ -203,17 +206,21 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
     for name in (PRETRAIN_FILE, FINETUNE_FILE):
         if os.path.exists(os.path.join(out_dir, name)):
             raise FileExistsError(f"{os.path.join(out_dir, name)} exists; choose a new output directory")
+    cutoff = measured_before(config)
     tasks = load_tasks(corpus)
     keys = config.hardware_keys or tuple(sorted(corpus.stats()["by_hardware"]))
     hardware = load_hardware(corpus, keys)
     summary = BuildSummary(out_dir=out_dir, tasks=len(tasks), hardware=sorted(hardware))
     skipped: Counter = Counter()
     pre, fine = [], []
-    cols = ["record_id", "workload_key", "trace_json", "latency_s", "error"]
+    cols = ["record_id", "workload_key", "trace_json", "latency_s", "error", "created_at"]
     for hk, hw in hardware.items():
         table = corpus.scan({"hardware_key": hk}, columns=cols)
         by_task: dict[str, list[dict]] = defaultdict(list)
         for r in table.to_pylist():
+            if cutoff is not None and r["created_at"] >= cutoff:
+                skipped[f"measured at or after {config.measured_before}"] += 1
+                continue
             by_task[r["workload_key"]].append(r)
         order = sorted(tasks.items())
         splits = [split_of(models, config.held_out_models) for _, (_, models) in order]
@@ -252,6 +259,21 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
     summary.skipped = dict(skipped)
     logger.info("wrote %d pretraining and %d fine-tuning sentences to %s", len(pre), len(fine), out_dir)
     return summary
+
+
+def measured_before(config: DatasetConfig) -> Any:
+    """``config.measured_before`` as an aware UTC datetime (None: no cutoff); raises ``ValueError``
+    naming the value when it is not an ISO-8601 instant (a time without a zone is UTC)."""
+    import datetime as dt
+
+    if config.measured_before is None:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(config.measured_before.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"measured_before {config.measured_before!r} is not an ISO-8601 instant "
+                         f"(e.g. 2026-12-05T00:16:45Z)") from None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
 def _sample_task(job: tuple) -> tuple[list[dict], str | None]:
