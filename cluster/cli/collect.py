@@ -192,11 +192,10 @@ def run_closed_loop(args: argparse.Namespace) -> int:
     ``tlm:<model id>``; ``--strategy tlm-seeded``: a search seeded by them (``tlm-seeded:<model
     id>``). Through the plain loop (resume and runs as for a search). In process: the model is
     loaded once here, not in every Ray collector."""
-    from collectors.cost_model import CostModel
     from collectors.hardware import detect_hardware
     from storage import Corpus
     from tlm.model.network import load_model
-    from tlm.service.catalog import model_for, resolve_model
+    from tlm.service.catalog import model_for, ranker_for, resolve_model
     from tlm.service.generator import MAX_K, model_tuner, tuner_name
     from tlm.service.seeded import seeded_tuner, seeded_tuner_name
 
@@ -214,10 +213,13 @@ def run_closed_loop(args: argparse.Namespace) -> int:
               file=sys.stderr)
         args.tuner_name = tuner_name(entry.model_id)
         return run_local(args, tune=model_tuner(model, tokenizer, entry.model_id))
-    with user_errors(FileNotFoundError):
-        ranker = CostModel.load(entry.path)
-    print(f"seeded search: {entry.model_id} ({entry.source}) seeds each task's {args.trials}-trial search",
-          file=sys.stderr)
+    ranker, ranked_by = ranker_for(entry.path, hardware.key)  # the one the server ranks this key with
+    if ranker is None:
+        raise UsageError(f"--strategy tlm-seeded: no cost model for {hardware.key} ({entry.path} has none and "
+                         f"none is shipped for the key); make one: tlm cost-model fit --hardware {hardware.key} "
+                         f"--out {entry.path}")
+    print(f"seeded search: {entry.model_id} ({entry.source}) seeds each task's {args.trials}-trial search, "
+          f"ranked by {ranked_by}", file=sys.stderr)
     args.tuner_name = seeded_tuner_name(entry.model_id)
     return run_local(args, tune=seeded_tuner(model, tokenizer, entry.model_id, ranker))
 
