@@ -276,17 +276,16 @@ def targets(rows: list[dict], agg: dict) -> list[dict]:
     return out
 
 
-def load_ranker(choice: str | None, model_dir: str) -> Any:
+def load_ranker(choice: str | None, model_dir: str, hardware_key: str) -> Any:
     """The cost model that ranks the TLM's candidates: ``choice`` (a directory, or 'none'), else
-    the one saved beside the model, else None."""
-    from collectors.cost_model import COST_MODEL_FILE, CostModel
+    the one the server ranks this key with (``tlm.service.catalog.ranker_for``: the model's own,
+    else the key's shipped one), else None."""
+    from collectors.cost_model import CostModel
+    from tlm.service.catalog import ranker_for
 
     if choice == "none":
         return None
-    where = choice or model_dir
-    if choice is None and not os.path.exists(os.path.join(where, COST_MODEL_FILE)):
-        return None
-    return CostModel.load(where)
+    return CostModel.load(choice) if choice else ranker_for(model_dir, hardware_key)[0]
 
 
 def check_unseen_by_cost_model(ranker: Any, tasks: list) -> None:
@@ -439,7 +438,7 @@ def main() -> None:
                     "64 and 256 are judged too)")
     ap.add_argument("--reference", type=int, default=256, help="the budget every speed is relative to")
     ap.add_argument("--cost-model", default=None, help="directory of a cost model to rank the TLM's candidates "
-                    "(default: the model's own, when it ships one; 'none': rank by likelihood alone)")
+                    "(default: the one the server ranks this key with, the model's own or the key's shipped one; 'none': rank by likelihood alone)")
     ap.add_argument("--seeded", type=int, default=64, metavar="TRIALS", help="the model-seeded search's budget "
                     "(tlm.service.seeded; needs a cost model; 0: skip)")
     ap.add_argument("--outside", action=argparse.BooleanOptionalAction, default=True,
@@ -460,7 +459,7 @@ def main() -> None:
     entry = resolve_model(args.model) if args.model else model_for(hw.key)
     model, tok, _ = load_model(entry.path)
     tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks) if args.tasks != 0 else []
-    ranker = load_ranker(args.cost_model, entry.path)
+    ranker = load_ranker(args.cost_model, entry.path, hw.key)
     try:
         check_unseen(entry.model_id, read_model_info(entry.path), tasks)
         if ranker is not None:
