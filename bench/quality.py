@@ -438,7 +438,8 @@ def main() -> None:
                     "64 and 256 are judged too)")
     ap.add_argument("--reference", type=int, default=256, help="the budget every speed is relative to")
     ap.add_argument("--cost-model", default=None, help="directory of a cost model to rank the TLM's candidates "
-                    "(default: the one the server ranks this key with, the model's own or the key's shipped one; 'none': rank by likelihood alone)")
+                    "(default: the one the server ranks this key with, the model's own or the key's "
+                    "shipped one; 'none': rank by likelihood alone)")
     ap.add_argument("--seeded", type=int, default=64, metavar="TRIALS", help="the model-seeded search's budget "
                     "(tlm.service.seeded; needs a cost model; 0: skip)")
     ap.add_argument("--outside", action=argparse.BooleanOptionalAction, default=True,

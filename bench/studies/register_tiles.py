@@ -50,7 +50,8 @@ def register_tiles(corpus_dir: str, hardware_key: str, min_records: int = 20) ->
 
     with Corpus.open(corpus_dir) as corpus:
         hw = hardware_for_key(hardware_key, corpus.hardware_info(hardware_key))
-        rows = corpus.scan({"hardware_key": hardware_key}, columns=["workload_key", "latency_s", "trace_json"]).to_pylist()
+        rows = corpus.scan({"hardware_key": hardware_key},
+                           columns=["workload_key", "latency_s", "trace_json"]).to_pylist()
         workloads = {w["workload_key"]: w for w in corpus.workloads()}
     held = {k for k, w in workloads.items() if split_of(list(w["models"]), HELD_OUT_MODELS) == "test"}
     by = defaultdict(list)
