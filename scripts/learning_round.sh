@@ -7,8 +7,10 @@
 #
 #   ROUND=1 MODEL=work/ei/seed-model scripts/learning_round.sh      # logs: work/ei/round-<ROUND>.log
 #
-#   0. a working corpus (a copy of data/corpus) and a seeding model: MODEL, else the shipped
-#      Rocket Lake model with this key's shipped cost model beside it (models/cost-models/<key>)
+#   0. a working corpus (a copy of data/corpus) and a seeding model: MODEL, else the key's own
+#      shipped model (models/tlm-small-<key without cpu->), else the shipped Rocket Lake model with
+#      this key's shipped cost model beside it (models/cost-models/<key>); a model without a cost
+#      model of its own ranks with the key's shipped one (tlm.service.catalog.ranker_for)
 #   1. MetaSchedule@256 references of the fixed training sample (bench.references --set train; the
 #      sample is pinned in bench/results/training_sample.json when first drawn)
 #   2. the teacher and the seeding model (the student) before the round (bench.learning teacher
@@ -32,6 +34,9 @@ echo "== round $ROUND, $(date -u +%FT%TZ), $(grep -m1 'model name' /proc/cpuinfo
 KEY=$($PY -c "from collectors.hardware import detect_hardware; print(detect_hardware('cpu').key)")
 if [ ! -d "$CORPUS" ]; then
   cp -r data/corpus "$CORPUS"
+fi
+if [ -z "${MODEL:-}" ] && [ -f "models/tlm-small-${KEY#cpu-}/model.safetensors" ]; then
+  MODEL=models/tlm-small-${KEY#cpu-}
 fi
 if [ -z "${MODEL:-}" ]; then
   MODEL=$WORK/seed-model
