@@ -187,27 +187,24 @@ def test_collect_with_the_tlm_strategy_closes_the_loop_and_resumes(tiny_dir, tmp
 @pytest.mark.slow
 def test_collect_with_the_seeded_strategy_needs_a_cost_model_then_searches_from_the_models_candidates(
         tiny_dir, tmp_path, capsys):
+    """The seeded search ranks with the cost model the server would (``ranker_for``): the model's
+    own, else the key's shipped one; the shipped Zen 3 model has none of its own and the search
+    refused it ("no cost model in models/tlm-small-znver3-2c"). A key with neither is refused."""
     import shutil
 
-    from collectors.cost_model import CostModel, CostModelConfig
     from storage import Corpus
-    from tests.helpers.corpora import measured_corpus, small_tasks, znver4
 
     argv = ["collect", "--strategy", "tlm-seeded", "--model", "resnet50", "--small", "--tasks", "1",
             "--trials", "20", "--corpus", str(tmp_path / "c"), "--no-progress"]
     bare = str(tmp_path / "bare")
     shutil.copytree(tiny_dir, bare)
-    assert main([*argv, "--tlm-model", bare]) == 2
-    assert "no cost model in" in capsys.readouterr().err
-    model_dir = str(tmp_path / "with-cost-model")
-    shutil.copytree(tiny_dir, model_dir)
-    hw = znver4()
-    with measured_corpus(tmp_path / "records", small_tasks(), hw) as corpus:
-        CostModel.fit(corpus, hw, CostModelConfig(hardware_key=hw.key)).save(model_dir)
-    assert main([*argv, "--tlm-model", model_dir]) == 0
+    assert main([*argv, "--tlm-model", bare, "--hardware", "cpu-nowhere-2c"]) == 2
+    assert "no cost model for cpu-nowhere-2c" in capsys.readouterr().err
+    assert main([*argv, "--tlm-model", bare, "--hardware", "cpu-znver3-2c"]) == 0  # models/cost-models/cpu-znver3-2c
+    assert "cpu-znver3-2c's shipped cost model" in capsys.readouterr().err
     with Corpus.open(str(tmp_path / "c")) as corpus:
         t = corpus.scan()
-        assert set(t.column("tuner").to_pylist()) == {"tlm-seeded:with-cost-model"}
+        assert set(t.column("tuner").to_pylist()) == {"tlm-seeded:bare"}
         assert t.num_rows <= 20, "the seeds and the search share one budget"
         phases = {json.loads(p)["trials"] for p in t.column("tuner_params").to_pylist()}
         assert len(phases) == 2 and sum(phases) == 20, "the model's seeds were measured, then the search ran"
