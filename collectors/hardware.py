@@ -132,8 +132,8 @@ def vector_registers(hardware: "Hardware") -> int:
 #: vector registers a register tile leaves to its operands (the broadcast element, the loaded
 #: vectors, an address): BLIS's AVX2 kernel holds 12 accumulators in 16 registers. Measured on the
 #: Zen 3 corpus's training convolutions (2026-12-05, bench/results/register_tiles.json): register
-#: tiles of 9-12 accumulators ran at 0.51x their task's best (geomean; 32% within 0.8x of it), 13-15 at 0.26x, exactly 16 at
-#: 0.21x (7-8% within 0.8x): as slow as the tiles that overflow the 16 (0.11-0.28x)
+#: tiles of 9-12 accumulators ran at 0.51x their task's best (geomean; 32% within 0.8x of it),
+#: 13-15 at 0.26x, exactly 16 at 0.21x (7-8% within 0.8x): as slow as tiles that overflow (0.11-0.28x)
 OPERAND_REGISTERS = 4
 
 
