@@ -55,6 +55,16 @@ class LoopShape:
     registers: int  # vector registers the accumulators may take on the target (accumulator_registers)
     contiguous_input: bool  # the stride-1 output axis is the last dimension of an input the block reads
 
+    @property
+    def accumulators(self) -> int | None:
+        """Vector registers the register tile holds as accumulators (``tile / f * ceil(f / L)``;
+        under 3 lanes a stride-1 row is ``f`` scalars); None without a reduction."""
+        if self.register_tile is None:
+            return None
+        f = self.inner_factor
+        per_row = max(1, math.ceil(f / self.lanes)) if f > 2 else f
+        return self.register_tile // max(1, f) * per_row
+
 
 def _vars(expr: Any) -> set:
     from tvm.tirx.analysis import undefined_vars
@@ -146,10 +156,8 @@ def modes_of(shape: LoopShape | None, cores: int = 2) -> tuple[str, ...]:
             out.append("short_vector")
         elif f % lanes:
             out.append("ragged_vector")
-    if shape.register_tile is not None:
-        per_row = max(1, math.ceil(f / lanes)) if f > 2 else f
-        if shape.register_tile // max(1, f) * per_row > shape.registers:
-            out.append("register_spill")
+    if shape.register_tile is not None and shape.accumulators > shape.registers:
+        out.append("register_spill")
     if cores >= 2 and shape.parallel < 2:
         out.append("one_core")
     return tuple(m for m in MODES if m in out)

@@ -7,8 +7,8 @@ Static (nothing measured: the corpus's records, read). Why: healthy decoding and
 (``collectors.hardware.accumulator_registers``); whether a tile that fills *every* register is
 fine is a fact of the CPU, so it is read from the measurements. Per convolution and matmul
 workload of the key with at least 20 correct records: each record's accumulators (the register
-tile's vectors, ``collectors.failure_modes.loop_shape``: spatial elements inside the innermost
-reduction loop / the stride-1 factor x its vectors) and its speed against the workload's best
+tile's vectors, ``collectors.failure_modes.LoopShape.accumulators``: spatial elements inside the
+innermost reduction loop / the stride-1 factor x its vectors) and its speed against the workload's best
 record; per accumulator count (past twice the registers, one row) and split (training, held out): records, geomean
 speed, the share within 0.8x of the best, and how many workloads' best record has that count.
 Writes JSON (``--out``, default ``bench/results/register_tiles.json``) and prints the table.
@@ -26,16 +26,6 @@ from bench._common import RESULTS, machine
 
 OUT = os.path.join(RESULTS, "register_tiles.json")
 KINDS = ("conv2d", "matmul", "dense", "batch_matmul")
-
-
-def accumulators_of(shape) -> int | None:
-    """Vector registers a :class:`collectors.failure_modes.LoopShape`'s register tile holds as
-    accumulators (None: no reduction), as the ``register_spill`` mode counts them."""
-    if shape is None or shape.register_tile is None:
-        return None
-    f = shape.inner_factor
-    per_row = max(1, math.ceil(f / shape.lanes)) if f > 2 else f
-    return shape.register_tile // max(1, f) * per_row
 
 
 def register_tiles(corpus_dir: str, hardware_key: str, min_records: int = 20) -> dict:
@@ -68,9 +58,10 @@ def register_tiles(corpus_dir: str, hardware_key: str, min_records: int = 20) ->
         split = "heldout" if key in held else "train"
         for r in recs:
             try:
-                acc = accumulators_of(loop_shape(schedule_of(task.mod, r["trace_json"]).mod, hw))
+                shape = loop_shape(schedule_of(task.mod, r["trace_json"]).mod, hw)
             except Exception:  # a record this TVM cannot replay: not counted
                 continue
+            acc = shape.accumulators if shape is not None else None  # as register_spill counts them
             if acc is None:
                 continue
             cell = cells[(split, min(acc, cap + 1))]  # past twice the registers: one row
