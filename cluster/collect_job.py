@@ -170,11 +170,16 @@ def _record_end(corpus: Any, run_id: str, status: str, outcomes: Iterable[UnitOu
     (failed, unplaceable, or stopped with an interrupted job). Never raises: the job's own error,
     if any, is the one to see."""
     try:
+        # units this run started and a collector did not report back: "running", or the "failed"
+        # a collector writes on its way out when it is killed with the job (its workers die first)
+        stopped = {(r["workload_key"], r["hardware_key"]) for r in corpus.task_statuses(run_id=run_id)
+                   if r["tuner"] == tuner and r["trials"] == trials and r["status"] in ("running", "failed")}
         for o in outcomes:
             if o.status in ("failed", "unplaceable"):
                 corpus.set_task_status(o.workload_key, o.hardware_key, tuner, trials, o.status, run_id=run_id, records=0)
-            elif status == "interrupted" and o.status == "pending" and \
-                    corpus.task_status(o.workload_key, o.hardware_key, tuner, trials) == "running":
+            elif status == "interrupted" and o.status == "pending" and (
+                    (o.workload_key, o.hardware_key) in stopped
+                    or corpus.task_status(o.workload_key, o.hardware_key, tuner, trials) == "running"):
                 # its collector was stopped with the job: say so (resume re-tunes it either way)
                 corpus.set_task_status(o.workload_key, o.hardware_key, tuner, trials, "interrupted", run_id=run_id)
         corpus.finish_run(run_id, status)

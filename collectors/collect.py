@@ -166,7 +166,9 @@ def collect_unit(corpus: Any, task: Task, hardware: Hardware, config: TuneConfig
     except Exception as exc:  # noqa: BLE001 - one broken unit must not end the collection
         logger.exception("collecting %s on %s failed", task.task_name, hardware.key)
         res.status, res.error, res.finished_at = "failed", f"{type(exc).__name__}: {exc}"[:500], time.time()
-        corpus.set_task_status(*key, "failed", run_id=run_id, records=res.records + res.duplicates)
+        # only a unit still running: its job's driver may have ended it already (an interrupt)
+        corpus.set_task_status(*key, "failed", run_id=run_id, records=res.records + res.duplicates,
+                               only_from=("running",))
         return res
     res.status, res.finished_at = "done", time.time()
     corpus.set_task_status(*key, "done", run_id=run_id, records=res.records + res.duplicates)

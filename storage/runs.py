@@ -62,13 +62,25 @@ class RunsMixin:
         *,
         run_id: str | None = None,
         records: int | None = None,
-    ) -> None:
-        """Set the status of a collection unit (upsert)."""
+        only_from: tuple[str, ...] | None = None,
+    ) -> bool:
+        """Set the status of a collection unit (upsert); whether it was written.
+
+        ``only_from``: change an existing row only while its status is one of these. A collector
+        killed with its job fails on the way out (its build and run workers die first); its
+        "failed" must not overwrite the "interrupted" the job's driver already recorded.
+        """
         check_workload_key(workload_key)
         check_hardware_key(hardware_key)
         key = {"workload_key": workload_key, "hardware_key": hardware_key, "tuner": tuner, "trials": int(trials)}
         values = {"status": status, "run_id": run_id, "records": records, "updated_at": ix.now()}
-        ix.upsert(self.engine, ix.task_status, key, values)
+        if only_from is None:
+            ix.upsert(self.engine, ix.task_status, key, values)
+            return True
+        t = ix.task_status
+        cond = sa.and_(*(t.c[k] == v for k, v in key.items()), t.c.status.in_(only_from))
+        with ix.write(self.engine) as conn:
+            return conn.execute(sa.update(t).where(cond).values(**values)).rowcount > 0
 
     def task_statuses(self, *, run_id: str | None = None, hardware_key: str | None = None) -> list[dict]:
         """Every collection-unit status row (optionally of one run or hardware key), oldest update first."""

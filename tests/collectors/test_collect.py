@@ -81,6 +81,34 @@ def test_interrupt_inside_tuning_keeps_streamed_records(cpu_hw, tmp_path):
     assert corpus.task_status(task.workload_key, cpu_hw.key, "replay-trace", 4) == "interrupted"
 
 
+def test_a_collector_failing_after_its_job_was_interrupted_leaves_the_unit_interrupted(cpu_hw, tmp_path):
+    """The race behind a flaky SIGTERM test: the driver records an interrupted job's running unit
+    "interrupted", then its collector, being killed (its build and run workers gone), raises and
+    wrote "failed" over it. A unit the driver has ended keeps the driver's word."""
+    from collectors.collect import collect_unit
+    from storage import Corpus
+
+    corpus = Corpus.open(tmp_path / "corpus")
+    task = _tasks()[0]
+    config = TuneConfig(trials=4, trials_per_iter=2, strategy="replay-trace", seed=1)
+    unit = (task.workload_key, cpu_hw.key, "replay-trace", 4)
+
+    def driver_stops_then_collector_dies(task, hardware, cfg, **kw):
+        corpus.set_task_status(*unit, "interrupted", run_id="r1")  # the driver's _record_end
+        raise RuntimeError("popen worker exited")  # what the dying collector then sees
+
+    out = collect_unit(corpus, task, cpu_hw, config, run_id="r1", tune=driver_stops_then_collector_dies)
+    assert out.status == "failed"  # what the collector saw, returned to nobody
+    assert corpus.task_status(*unit) == "interrupted"
+
+    # A unit still running when its tuning fails is "failed", as before.
+    def fails(task, hardware, cfg, **kw):
+        raise RuntimeError("broken")
+
+    assert collect_unit(corpus, task, cpu_hw, config, run_id="r2", tune=fails).status == "failed"
+    assert corpus.task_status(*unit) == "failed"
+
+
 def test_collect_rejects_bad_arguments(cpu_hw, tmp_path):
     from storage import Corpus
 
