@@ -22,6 +22,13 @@ target's vector registers an accumulator may take):
 - ``register_spill``: the register tile (the spatial loops inside the innermost reduction loop)
   needs more than ``R`` vector registers as accumulators (``tile / f * ceil(f / L)``; ``R`` is
   ``collectors.hardware.accumulator_registers``: all but the few the operands need);
+- ``no_reuse``: the register tile spans more than ``collectors.tir.SHARED_TILE_MAX`` values of iterators
+  that index every input (``collectors.tir.shared_iterators``: a batched matmul's head, a
+  depthwise convolution's channel), whose accumulators each load their own operands. Found after
+  the first five: the served top-1 of BERT's attention matmuls on a Zen 3 held the 12 heads in the
+  register tile (1.2-1.8 ms against MetaSchedule's 0.14 ms), and on the Zen 3 corpus's depthwise
+  convolutions and batched matmuls such tiles of 3 or more ran at 0.05-0.32x their task's best
+  (1: 0.44x, 2: 0.35x), the best record holding 1 or 2 in 22 of 23 workloads;
 - ``one_core``: no parallel loop of extent >= 2 over the main block on a multi-core target.
 
 The three vector modes count only when they were avoidable: the axis has a tile that is a
@@ -36,10 +43,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from collectors.hardware import accumulator_registers
-from collectors.tir import block_realizes, contiguous_axis, is_reduction, vector_lanes
+from collectors.tir import SHARED_TILE_MAX, block_realizes, contiguous_axis, is_reduction, shared_iterators, vector_lanes
 
 #: every mode, in the order reports list them
-MODES = ("no_simd", "short_vector", "ragged_vector", "register_spill", "one_core")
+MODES = ("no_simd", "short_vector", "ragged_vector", "register_spill", "no_reuse", "one_core")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class LoopShape:
     lanes: int  # vector lanes of the written dtype on the target
     registers: int  # vector registers the accumulators may take on the target (accumulator_registers)
     contiguous_input: bool  # the stride-1 output axis is the last dimension of an input the block reads
+    shared_tile: int = 1  # register-tile elements over iterators every input reads (collectors.tir.shared_iterators)
 
     @property
     def accumulators(self) -> int | None:
@@ -127,18 +135,24 @@ def loop_shape(mod: Any, hardware: Any) -> LoopShape | None:
     lanes = vector_lanes(int(getattr(hardware, "vector_bits", 128)), str(out_buf.dtype))
     axis_extent = int(out_buf.shape[-1]) if len(out_buf.shape) else 1
     reduce_vars = [iv.var for iv in block.iter_vars if is_reduction(iv)]
-    tile, depth = None, -1
+    tile, depth, shared_tile = None, -1, 1
     if reduce_vars:  # the register tile: the spatial loops inside the innermost reduction loop
         carried = set().union(*(_vars(binding[v]) for v in reduce_vars))
         depth = max((i for i, lp in enumerate(loops) if lp.loop_var in carried and int(lp.extent) > 1), default=-1)
         spatial = set().union(*(_vars(binding[iv.var]) for iv in block.iter_vars if not is_reduction(iv)))
         tile = math.prod(int(lp.extent) for lp in loops[depth + 1:] if lp.loop_var in spatial)
+        shared = [block.iter_vars[i] for i in shared_iterators(block)]
+        if shared:  # the loops that walk only those iterators
+            walks = set().union(*(_vars(binding[iv.var]) for iv in shared))
+            others = set().union(set(), *(_vars(binding[iv.var]) for iv in block.iter_vars if iv not in shared))
+            shared_tile = math.prod(int(lp.extent) for lp in loops[depth + 1:]
+                                    if lp.loop_var in walks and lp.loop_var not in others)
     # the innermost factor: what a loop of the register tile (all loops, without a reduction) walks
     inner = _stride1_factor(binding[block.iter_vars[axis].var], loops, depth + 1) if axis is not None else 1
     parallel = math.prod(int(lp.extent) for lp in loops if lp.kind == tirx.ForKind.PARALLEL)
     return LoopShape(block=str(block.name_hint), axis_extent=axis_extent, inner_factor=inner, register_tile=tile,
                      parallel=parallel, lanes=lanes, registers=accumulator_registers(hardware),
-                     contiguous_input=bool(loaded))
+                     contiguous_input=bool(loaded), shared_tile=shared_tile)
 
 
 def modes_of(shape: LoopShape | None, cores: int = 2) -> tuple[str, ...]:
@@ -158,6 +172,8 @@ def modes_of(shape: LoopShape | None, cores: int = 2) -> tuple[str, ...]:
             out.append("ragged_vector")
     if shape.register_tile is not None and shape.accumulators > shape.registers:
         out.append("register_spill")
+    if shape.shared_tile > SHARED_TILE_MAX:
+        out.append("no_reuse")
     if cores >= 2 and shape.parallel < 2:
         out.append("one_core")
     return tuple(m for m in MODES if m in out)

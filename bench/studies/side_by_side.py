@@ -11,7 +11,7 @@ record), all measured in **one** ``collectors.judge`` call, so every ratio is wi
 each program's static failure modes (``collectors.failure_modes``) and whether a greedy program
 is the teacher's. With ``--decoding healthy`` too, each model also writes with healthy decoding
 (``tlm.language.health``; methods ``<model>+healthy:...``): one model, two decodings, one call;
-``--decoding healthy-no-parallel`` (or ``-no-vector``, ``-no-registers``) leaves one rule out.
+``--decoding healthy-no-parallel`` (or ``-no-vector``, ``-no-registers``, ``-no-reuse``) leaves one rule out.
 ``--temperature 1 --temperature 1.5``: the ranked pool sampled at each temperature (methods
 ``<model>:ranked_top1@T1.5``; the greedy program is the same at every one), with each pool's size.
 ``bench.learning student`` judges one model at a time, each in its own calls:
@@ -85,7 +85,7 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
 #: how a model may write: every healthy rule, none, all but one (``healthy-no-<rule>``), or the
 #: register rule as it was (``healthy-registers-all``)
 DECODINGS = ("plain", "healthy", "healthy-no-parallel", "healthy-no-vector", "healthy-no-registers",
-             "healthy-registers-all")
+             "healthy-no-reuse", "healthy-registers-all")
 
 
 def _healthy(how: str) -> bool | frozenset:

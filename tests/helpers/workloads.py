@@ -50,6 +50,18 @@ def matmul(n: int = 64, m: int = 64, k: int = 64, dtype: str = "float32", *, tra
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
+def batch_matmul(b: int = 12, n: int = 64, m: int = 64, k: int = 64) -> Any:
+    """C[b, n, m] = A[b, n, k] @ B[b, k, m] (attention's heads): b indexes both inputs."""
+    import tvm
+    from tvm import te
+
+    x = te.placeholder((b, n, k), name="A")
+    y = te.placeholder((b, k, m), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((b, n, m), lambda h, i, j: te.sum(x[h, i, r] * y[h, r, j], axis=r), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([x, y, c])})
+
+
 def relu(n: int = 1024, dtype: str = "float32") -> Any:
     """B = max(A, 0) on a vector."""
     import tvm

@@ -10,12 +10,12 @@ import pytest
 
 from collectors.failure_modes import modes_of_schedule
 from collectors.hardware import hardware_from_index
-from tests.helpers.workloads import make_task, matmul, matmul_relu_mod
+from tests.helpers.workloads import batch_matmul, make_task, matmul, matmul_relu_mod
 from tlm.language import EOS, apply_sentence, build_space, legal_next_tokens, prompt_tokens
 from tlm.language.health import tiling_of
 
 #: the modes healthy decoding rules out (one core is the parallel annotation's, not a tile's)
-RULED_OUT = {"no_simd", "short_vector", "ragged_vector", "register_spill"}
+RULED_OUT = {"no_simd", "short_vector", "ragged_vector", "register_spill", "no_reuse"}
 
 
 def _hw(mcpu: str):
@@ -43,8 +43,19 @@ def _modes(task, hw, words):
     return set(modes_of_schedule(apply_sentence(words, task, hw).schedule, hw))
 
 
+def _depthwise_nchw(channels: int = 64, width: int = 28):
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, channels, width, width), name="X")
+    w = te.placeholder((channels, 1, 3, 3), name="W")
+    return tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.depthwise_conv2d_nchw(x, w, 1, 1, 1)])})
+
+
 TASKS = {
     "matmul": lambda: make_task(matmul(256, 256, 256), "matmul", "matmul"),
+    "batch_matmul": lambda: make_task(batch_matmul(12, 128, 64, 128), "batch_matmul", "matmul"),
+    "depthwise_conv2d": lambda: make_task(_depthwise_nchw(), "depthwise_conv2d", "conv2d"),
     "fused_matmul_relu": lambda: make_task(matmul_relu_mod(64, 96, 128), "fused_matmul_relu", "matmul"),
     "conv2d": lambda: make_task(_conv_nchw(32), "conv2d", "conv2d"),
 }

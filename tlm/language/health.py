@@ -24,7 +24,12 @@ loops (taken before any instruction reshaped the nest), so each tile is one bloc
   rule first allowed all 16, and the round-1 student's ranked top-1 on two held-out convolutions
   filled them (8 channels x 2 vectors of a 14-wide row): 0.08-0.09x the teacher.
 
-The same two rules as the failure modes read from the TIR; a test compares the two on walks.
+- the register tile spans at most ``collectors.tir.SHARED_TILE_MAX`` (2) values of
+  the iterators every input reads (``reuse``: a batched matmul's head, a depthwise convolution's
+  channel; each such value loads its own operands). The shipped Zen 3 model's served top-1 of
+  BERT's attention matmuls held all 12 heads there and ran 8-13x slower than MetaSchedule's.
+
+The same rules as the failure modes read from the TIR; a test compares the two on walks.
 
 A third rule, ``parallel``, sizes the parallel loop by the task's work. MetaSchedule's postproc
 makes the outermost spatial loops above the first reduction loop one parallel loop (fusing them
@@ -47,12 +52,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from collectors.threads import task_parallel_target
+from collectors.tir import SHARED_TILE_MAX
 
 #: The annotation MetaSchedule's multi-level tiling puts on the block it tiles.
 TILING_KEY = "meta_schedule.tiling_structure"
 
 #: the rules healthy decoding applies (module docstring); ``healthy=True`` means all of them
-RULES = frozenset({"vector", "registers", "parallel"})
+RULES = frozenset({"vector", "registers", "reuse", "parallel"})
 #: a variant a study may name instead of its rule: ``registers-all`` lets the accumulators take
 #: every vector register (the ``registers`` rule before 2026-12-05), to judge the two side by side
 VARIANTS = frozenset({"registers-all"})
@@ -85,6 +91,7 @@ class CpuTiling:
     extents: tuple[int, ...] = ()  # the spatial tiles' loop extents, as ``spatial`` (0: not static)
     parallel: int = 0  # :func:`parallel_target` of the task: 0 none, 1 serial, P at least P ways
     fused_at: int = 0  # the tile level (1-based) a consumer or cache write is computed at (0: none)
+    shared: tuple[int, ...] = ()  # the spatial tiles over iterators every input reads (collectors.tir.shared_iterators)
 
     @property
     def outer_levels(self) -> int:
@@ -106,14 +113,22 @@ class CpuTiling:
     def registers_needed(self, factors: Mapping[int, Sequence[int]], reduction_inner_unit: bool) -> int:
         """Vector registers the register tile of ``factors`` (tile instruction -> its factors, the
         spatial tiles decided so far; an undecided one counts 1) holds as accumulators."""
+        return self._register_tile(self.spatial, factors, reduction_inner_unit, vectors=True)
+
+    def shared_needed(self, factors: Mapping[int, Sequence[int]], reduction_inner_unit: bool) -> int:
+        """Elements of the register tile of ``factors`` over the iterators every input reads."""
+        return self._register_tile(self.shared, factors, reduction_inner_unit, vectors=False)
+
+    def _register_tile(self, tiles: Sequence[int], factors: Mapping[int, Sequence[int]],
+                       reduction_inner_unit: bool, *, vectors: bool) -> int:
         levels = self.inner_levels(reduction_inner_unit)
         need = 1
-        for inst in self.spatial:
+        for inst in tiles:
             f = factors.get(inst)
             if not f:
                 continue
             inner = list(f[len(f) - levels:]) if levels else []
-            if inst == self.axis and inner and inner[-1] > 2:  # the stride-1 loop: vectors, not elements
+            if vectors and inst == self.axis and inner and inner[-1] > 2:  # the stride-1 loop: vectors
                 inner[-1] = math.ceil(inner[-1] / self.lanes)
             need *= math.prod(inner)
         return need
@@ -146,7 +161,7 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
     ``hardware``), or None when it tiles no block with a structure whose tiles split the block's
     own loops (elementwise tasks, cross-thread reductions, GPU sketches)."""
     from collectors.hardware import accumulator_registers
-    from collectors.tir import block_realizes, contiguous_axis, is_reduction, plain_json, vector_lanes
+    from collectors.tir import block_realizes, contiguous_axis, is_reduction, plain_json, shared_iterators, vector_lanes
     from tlm.language.replay import first_reshape
     from tlm.language.trace_flow import made_by
 
@@ -195,8 +210,9 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
     if len(loops) != len(block.iter_vars) or any(not v.same_as(lp.loop_var)
                                                   for v, lp in zip(realize.iter_values, loops)):
         return None
-    spatial, reduction, axis, extents = [], [], None, []
+    spatial, reduction, axis, extents, shared = [], [], None, [], []
     pos, loaded = contiguous_axis(block)
+    read_by_all = set(shared_iterators(block))
     extent_of = {c.inst_index: c.extent or 0 for c in sketch.choices if c.kind == "tile"}
     for inst, j in tiles[name]:
         if is_reduction(block.iter_vars[j]):
@@ -206,10 +222,12 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
             extents.append(extent_of.get(inst, 0))
             if j == pos:
                 axis = inst
+            if j in read_by_all:
+                shared.append(inst)
     lanes = vector_lanes(int(hardware.vector_bits), str(block.writes[0].source.dtype))
     return CpuTiling(structure=structure[name], spatial=tuple(spatial), reduction=tuple(reduction), axis=axis,
                      vectorize=bool(loaded), lanes=lanes, registers=accumulator_registers(hardware),
-                     extents=tuple(extents), fused_at=min(fused_at, default=0))
+                     extents=tuple(extents), fused_at=min(fused_at, default=0), shared=tuple(shared))
 
 
 def healthy_factors(tiling: CpuTiling, inst: int, n: int, chosen: Sequence[int], extent: int,
@@ -230,19 +248,25 @@ def healthy_factors(tiling: CpuTiling, inst: int, n: int, chosen: Sequence[int],
             and (inst != tiling.axis or tiling.parallel == 1):
         out = _parallel_factors(tiling, inst, chosen, rest, done, out)
     budget = _register_budget(tiling, rules)
-    if i != n - 2 or budget is None:
+    reuse = "reuse" in rules and bool(tiling.shared)
+    if i != n - 2 or (budget is None and not reuse):
         return out
+
+    def within(factors: Mapping[int, Sequence[int]], unit: bool) -> bool:
+        return (budget is None or tiling.registers_needed(factors, unit) <= budget) and \
+            (not reuse or tiling.shared_needed(factors, unit) <= SHARED_TILE_MAX)
+
     if inst in tiling.spatial:
         # the innermost factor is fixed now: bound the register tile, every later tile counted as 1
         def fits(v: int) -> bool:
-            return tiling.registers_needed({**done, inst: [*chosen, v, rest // v]}, False) <= budget
+            return within({**done, inst: [*chosen, v, rest // v]}, False)
     elif inst in tiling.reduction and tiling.reduction[-1] == inst and all(s in done for s in tiling.spatial) \
             and all(done[r][-1] == 1 for r in tiling.reduction[:-1] if r in done):
         # the last reduction tile: an innermost level of ones widens the register tile
-        wide = tiling.registers_needed(done, True)
+        wide = within(done, True)
 
         def fits(v: int) -> bool:
-            return rest // v != 1 or wide <= budget
+            return rest // v != 1 or wide
     else:
         return out
     kept = [v for v in out if fits(v)]
