@@ -27,8 +27,8 @@ target's vector registers an accumulator may take):
   depthwise convolution's channel), whose accumulators each load their own operands. Found after
   the first five: the served top-1 of BERT's attention matmuls on a Zen 3 held the 12 heads in the
   register tile (1.2-1.8 ms against MetaSchedule's 0.14 ms), and on the Zen 3 corpus's depthwise
-  convolutions and batched matmuls such tiles of 3 or more ran at 0.05-0.32x their task's best
-  (1: 0.44x, 2: 0.35x), the best record holding 1 or 2 in 22 of 23 workloads;
+  convolutions and batched matmuls such tiles of 3 or more ran at 0.05-0.29x their task's best
+  (1: 0.42x, 2: 0.34x; `bench.studies.register_tiles`), the best record holding 1 or 2 in 22 of 23 workloads;
 - ``one_core``: no parallel loop of extent >= 2 over the main block on a multi-core target.
 
 The three vector modes count only when they were avoidable: the axis has a tile that is a
@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from collectors.hardware import accumulator_registers
-from collectors.tir import SHARED_TILE_MAX, block_realizes, contiguous_axis, is_reduction, shared_iterators, vector_lanes
+from collectors.tir import (SHARED_TILE_MAX, block_realizes, contiguous_axis, is_reduction, shared_iterators,
+                            vector_lanes)
 
 #: every mode, in the order reports list them
 MODES = ("no_simd", "short_vector", "ragged_vector", "register_spill", "no_reuse", "one_core")
