@@ -145,7 +145,7 @@ def loop_shape(mod: Any, hardware: Any) -> LoopShape | None:
         shared = [block.iter_vars[i] for i in shared_iterators(block)]
         if shared:  # the loops that walk only those iterators
             walks = set().union(*(_vars(binding[iv.var]) for iv in shared))
-            others = set().union(set(), *(_vars(binding[iv.var]) for iv in block.iter_vars if iv not in shared))
+            others = set().union(*(_vars(binding[iv.var]) for iv in block.iter_vars if iv not in shared))
             shared_tile = math.prod(int(lp.extent) for lp in loops[depth + 1:]
                                     if lp.loop_var in walks and lp.loop_var not in others)
     # the innermost factor: what a loop of the register tile (all loops, without a reduction) walks

@@ -204,8 +204,7 @@ def shared_iterators(block: Any) -> list[int]:
     inputs = [r for r in block.reads if out is None or not r.source.same_as(out)]
     if len(inputs) < 2:
         return []
-    read_by = [set().union(*(set(undefined_vars(rg.min)) for rg in r.region)) if len(r.region) else set()
-               for r in inputs]
+    read_by = [set().union(*(undefined_vars(rg.min) for rg in r.region)) for r in inputs]
     return [i for i, iv in enumerate(block.iter_vars)
             if not is_reduction(iv) and all(iv.var in vs for vs in read_by)]
 
