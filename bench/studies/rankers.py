@@ -54,7 +54,7 @@ def measured_pools(path: str, pool: str, hw: Any, corpus_dir: str | None = None)
         dump = json.load(f)
     if dump["hardware"] != hw.key:
         raise SystemExit(f"{path} was measured on {dump['hardware']}, this host is {hw.key}")
-    tasks = {(t.task_name, t.model): t for t in judging_set(hw, corpus_dir=corpus_dir, outside=False)}
+    tasks = {(t.task_name, t.model): t for t in judging_set(hw, corpus_dir=corpus_dir)}
     for name, entry in dump["models"].items():
         for tr in entry["tasks"]:
             task = tasks[(tr["task"], tr["model"])]

@@ -30,14 +30,17 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
                         help="zoo model (resnet50, mobilenetv2, efficientnet_b0, bert_base, gpt2, "
                              "llama7b_layer) or a path to an .onnx file")
     parser.add_argument("--trials", type=int, default=64, help="measured candidates per task (default 64)")
-    parser.add_argument("--strategy", choices=("evolutionary", "replay-trace", "tlm", "tlm-seeded"),
+    parser.add_argument("--strategy", choices=("evolutionary", "replay-trace", "tlm", "tlm-seeded", "tlm-pool"),
                         default="evolutionary",
                         help="search strategy: evolutionary (xgb cost model), replay-trace (random samples), "
                              "tlm (the model's own top-k candidates, measured: the closed loop; in process) or "
                              "tlm-seeded (the model's candidates start an evolutionary search that uses the "
-                             "model's corpus-trained cost model; in process)")
+                             "model's corpus-trained cost model; in process) or tlm-pool (every program of the "
+                             "pool a served ranked request picks from, --trials samples plus the greedy and "
+                             "rules' programs, measured: what the ranker of the model's pools learns from; "
+                             "in process)")
     parser.add_argument("--tlm-model", default=None, metavar="ID|DIR",
-                        help="--strategy tlm/tlm-seeded: the model (default: the model of this machine's hardware key)")
+                        help="--strategy tlm/tlm-seeded/tlm-pool: the model (default: the model of this machine's hardware key)")
     parser.add_argument("--tasks", type=int, default=None, metavar="N",
                         help="tune only the N heaviest tasks (FLOPs x weight); default all")
     parser.add_argument("--max-mflop", type=float, default=None, metavar="M",
@@ -180,7 +183,7 @@ def run_collect(args: argparse.Namespace) -> int:
     if args.no_ray and args.address:
         raise UsageError("--no-ray and --address exclude each other")
     check_options(args)
-    if args.strategy in ("tlm", "tlm-seeded"):
+    if args.strategy in ("tlm", "tlm-seeded", "tlm-pool"):
         return run_closed_loop(args)
     if not args.no_ray:
         return run_on_ray(args)
@@ -190,34 +193,41 @@ def run_collect(args: argparse.Namespace) -> int:
 def run_closed_loop(args: argparse.Namespace) -> int:
     """``--strategy tlm``: the model's own candidates for each task, measured and appended under
     ``tlm:<model id>``; ``--strategy tlm-seeded``: a search seeded by them (``tlm-seeded:<model
-    id>``). Through the plain loop (resume and runs as for a search). In process: the model is
-    loaded once here, not in every Ray collector."""
+    id>``); ``--strategy tlm-pool``: every program of its ranked pool (``tlm-pool:<model id>``).
+    Through the plain loop (resume and runs as for a search). In process: the model is loaded once
+    here, not in every Ray collector."""
     from collectors.hardware import detect_hardware
     from storage import Corpus
     from tlm.model.network import load_model
     from tlm.service.catalog import model_for, ranker_for, resolve_model
-    from tlm.service.generator import MAX_K, model_tuner, tuner_name
+    from tlm.service.generator import MAX_K, model_tuner, pool_tuner, pool_tuner_name, tuner_name
     from tlm.service.seeded import seeded_tuner, seeded_tuner_name
 
-    seeded = args.strategy == "tlm-seeded"
     if args.address:
         raise UsageError(f"--strategy {args.strategy} runs in this process; drop --address")
-    if not seeded and args.trials > MAX_K:
+    if args.strategy == "tlm" and args.trials > MAX_K:
         raise UsageError(f"--strategy tlm generates at most {MAX_K} candidates per task, got --trials {args.trials}")
+    if args.strategy == "tlm-pool" and args.trials > 4 * MAX_K:
+        raise UsageError(f"--strategy tlm-pool samples at most {4 * MAX_K} programs per task, got --trials {args.trials}")
     hardware = detect_hardware(args.device, key=args.hardware)
     with Corpus.open(corpus_root(args), index_url=index_url(args)) as corpus, user_errors(ValueError):
         entry = resolve_model(args.tlm_model, corpus) if args.tlm_model else model_for(hardware.key, corpus)
     model, tokenizer, _ = load_model(entry.path)
-    if not seeded:
+    if args.strategy == "tlm":
         print(f"closed loop: {entry.model_id} ({entry.source}) writes {args.trials} candidate(s) per task",
               file=sys.stderr)
         args.tuner_name = tuner_name(entry.model_id)
         return run_local(args, tune=model_tuner(model, tokenizer, entry.model_id))
     ranker, ranked_by = ranker_for(entry.path, hardware.key)  # the one the server ranks this key with
     if ranker is None:
-        raise UsageError(f"--strategy tlm-seeded: no cost model for {hardware.key} ({entry.path} has none and "
+        raise UsageError(f"--strategy {args.strategy}: no cost model for {hardware.key} ({entry.path} has none and "
                          f"none is shipped for the key); make one: tlm cost-model fit --hardware {hardware.key} "
                          f"--out {entry.path}")
+    if args.strategy == "tlm-pool":
+        print(f"ranked pools: {entry.model_id} ({entry.source}) writes {args.trials} samples plus its greedy and "
+              f"the rules' programs per task, every one measured", file=sys.stderr)
+        args.tuner_name = pool_tuner_name(entry.model_id)
+        return run_local(args, tune=pool_tuner(model, tokenizer, entry.model_id, ranker))
     print(f"seeded search: {entry.model_id} ({entry.source}) seeds each task's {args.trials}-trial search, "
           f"ranked by {ranked_by}", file=sys.stderr)
     args.tuner_name = seeded_tuner_name(entry.model_id)

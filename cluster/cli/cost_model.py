@@ -1,7 +1,7 @@
 """``tlm cost-model``: train the cost model of a hardware key on a corpus, and judge it.
 
     tlm cost-model fit --hardware KEY --out DIR [--held-out M1,M2|none] [--also-from KEY,...|all]
-                       [--objective metaschedule|pairwise|mlp] [--corpus DIR]
+                       [--objective metaschedule|pairwise|mlp] [--tuners PREFIX,...] [--corpus DIR]
 
 Trains MetaSchedule's XGBoost cost model on every record of ``KEY`` (``collectors.cost_model``),
 leaving out every workload of the held-out models (the same rule as ``tlm dataset build``), and
@@ -13,7 +13,9 @@ CPUs measured at length. ``--objective pairwise`` learns the order of each workl
 with every pair weighted by their speed gap, instead of MetaSchedule's loss, which weights a
 record by its speed and so hardly learns what makes a slow program slow; ``--objective mlp`` ranks
 with MetaSchedule's own MLP (SegmentSumMLP, LambdaRank loss) on the same features, its weights
-saved beside the tar (``cost_model_mlp.safetensors``). Then, on the held-out workloads' measured records, it prints how
+saved beside the tar (``cost_model_mlp.safetensors``). ``--tuners tlm-pool:`` learns from the
+records of those tuners only: a model's measured ranked pools (``tlm collect --strategy tlm-pool``)
+teach the ranker of that model's pools, which the searches' records do not resemble. Then, on the held-out workloads' measured records, it prints how
 well it ranks them (Spearman; the speed of its top-1 and best of top-5 relative to the best).
 """
 from __future__ import annotations
@@ -42,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f.add_argument("--objective", default="metaschedule",
                    help="what ranks: metaschedule (default: the booster with MetaSchedule's own loss), pairwise "
                         "(the booster on ordered pairs) or mlp (MetaSchedule's SegmentSumMLP, LambdaRank loss)")
+    f.add_argument("--tuners", default="", metavar="PREFIXES",
+                   help="comma-separated tuner prefixes: learn only from their records (e.g. tlm-pool: for a "
+                        "model's measured pools); default every record")
     f.add_argument("--max-per-workload", type=int, default=0, metavar="N",
                    help="at most N records per workload (default 0: every record)")
     f.set_defaults(func=run_fit)
@@ -60,7 +65,8 @@ def run_fit(args: argparse.Namespace) -> int:
     held = held_out_models(args.held_out)
     with open_corpus(args) as corpus:
         model, judged = fit_cost_model(corpus, args.hardware, held, max_per_workload=args.max_per_workload,
-                                       also_from=tuple(also), objective=args.objective)
+                                       also_from=tuple(also), objective=args.objective,
+                                       tuners=tuple(t for t in args.tuners.split(",") if t.strip()))
     path = model.save(args.out)
     if judged and judged["workloads"]:
         print(f"held-out ({', '.join(held)}): {judged['workloads']} workloads, {judged['records']} records; "
@@ -72,11 +78,11 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def fit_cost_model(corpus: Any, hardware_key: str, held: tuple[str, ...], *, max_per_workload: int = 0,
                    also_from: tuple[str, ...] = (), objective: str = "metaschedule",
-                   progress: bool = True) -> tuple[Any, dict | None]:
+                   tuners: tuple[str, ...] = (), progress: bool = True) -> tuple[Any, dict | None]:
     """The cost model of a key fitted on ``corpus`` (the held-out models' workloads left out),
     also on the records of the keys ``also_from`` (``("all",)``: every other key), and how well it
     ranks this key's held-out records (None when there are none), trained with ``objective``
-    (``collectors.cost_model.OBJECTIVES``); UsageError for a key the corpus
+    (``collectors.cost_model.OBJECTIVES``) on the records of ``tuners`` only (prefixes; empty: all); UsageError for a key the corpus
     lacks. ``tlm cost-model fit`` and ``tlm adapt`` both fit through here."""
     from collectors.cost_model import CostModel, CostModelConfig, evaluate
     from collectors.hardware import hardware_for_key
@@ -94,7 +100,8 @@ def fit_cost_model(corpus: Any, hardware_key: str, held: tuple[str, ...], *, max
                         if split_of(sorted(w.get("models") or {}), held) == "test"))
     with user_errors(ValueError):
         config = CostModelConfig(hardware_key=hardware_key, exclude_workloads=test,
-                                 max_records_per_workload=max_per_workload, also_from=also, objective=objective)
+                                 max_records_per_workload=max_per_workload, also_from=also, objective=objective,
+                                 tuners=tuners)
         model = CostModel.fit(corpus, hardware, config, progress=progress)
     s = model.summary
     print(f"cost model of {hardware_key}: {s.records} records of {s.workloads} workloads "

@@ -208,3 +208,39 @@ def test_collect_with_the_seeded_strategy_needs_a_cost_model_then_searches_from_
         assert t.num_rows <= 20, "the seeds and the search share one budget"
         phases = {json.loads(p)["trials"] for p in t.column("tuner_params").to_pylist()}
         assert len(phases) == 2 and sum(phases) == 20, "the model's seeds were measured, then the search ran"
+
+
+@pytest.mark.slow
+def test_collect_with_the_pool_strategy_measures_the_served_pool_and_the_pool_trains_a_ranker(
+        tiny_dir, tmp_path, capsys):
+    """``--strategy tlm-pool`` measures every program a served ranked request picks from (greedy,
+    samples, the rules' program) under ``tlm-pool:<model>``, and ``tlm cost-model fit --tuners
+    tlm-pool:`` learns from those records alone."""
+    import shutil
+
+    from collectors.cost_model import CostModel
+    from collectors.hardware import detect_hardware
+    from collectors.tasks import task_from_index
+    from storage import Corpus
+    from tlm.model.network import load_model
+    from tlm.service.catalog import ranker_for
+    from tlm.service.generator import ranked_pool
+
+    bare = str(tmp_path / "bare")
+    shutil.copytree(tiny_dir, bare)
+    corpus_dir = str(tmp_path / "c")
+    argv = ["collect", "--strategy", "tlm-pool", "--tlm-model", bare, "--model", "resnet50", "--small", "--tasks", "1",
+            "--trials", "6", "--corpus", corpus_dir, "--no-progress", "--hardware", "cpu-znver3-2c"]
+    assert main([a if a != "6" else "257" for a in argv]) == 2
+    assert main(argv) == 0 and "every one measured" in capsys.readouterr().err
+    with Corpus.open(corpus_dir) as corpus:
+        t = corpus.scan()
+        assert set(t.column("tuner").to_pylist()) == {"tlm-pool:bare"}
+        (w,) = corpus.workloads()
+    hw = detect_hardware("cpu", key="cpu-znver3-2c")
+    model, tok, _ = load_model(bare)
+    pool = ranked_pool(task_from_index(w), hw, model, tok, ranker_for(bare, hw.key)[0], pool=6).candidates
+    assert t.num_rows == len(pool) and any(c.origin == "rules" for c in pool)
+    assert main(["cost-model", "fit", "--corpus", corpus_dir, "--hardware", "cpu-znver3-2c", "--held-out", "none",
+                 "--out", str(tmp_path / "cm"), "--tuners", "tlm-pool:"]) == 0
+    assert CostModel.load(str(tmp_path / "cm")).summary.records == sum(r is not None for r in t.column("latency_s").to_pylist())

@@ -54,6 +54,22 @@ def test_excluded_workloads_are_never_trained_on(trained, znver4_hw):
     assert model.summary.workloads == 1 and held not in model.xgb.data
 
 
+def test_it_learns_only_from_the_tuners_it_is_given(trained, znver4_hw, tmp_path, capsys):
+    """A ranker of a model's pools learns from that model's measured pools (tuner ``tlm-pool:...``)
+    only: the searches' records are another distribution of programs."""
+    from cluster.cli import main
+
+    _, corpus, _ = trained
+    only = CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key=znver4_hw.key, tuners=("replay",)))
+    assert only.summary.workloads == 2 and only.summary.records == 16  # the 8 + 8 random samples, not the 32 searched
+    with pytest.raises(ValueError, match="no usable record"):
+        CostModel.fit(corpus, znver4_hw, CostModelConfig(hardware_key=znver4_hw.key, tuners=("tlm-pool:",)))
+    assert main(["cost-model", "fit", "--corpus", str(corpus.root), "--hardware", znver4_hw.key,
+                 "--out", str(tmp_path / "m"), "--held-out", "none", "--tuners", "evolutionary,nothing"]) == 0
+    assert "32 records of 2 workloads" in capsys.readouterr().out
+    assert CostModel.load(str(tmp_path / "m")).config.tuners == ("evolutionary", "nothing")
+
+
 def test_a_key_without_records_is_refused(trained, znver4_hw):
     _, corpus, _ = trained
     with pytest.raises(ValueError, match="cpu-nosuchcpu-2c"):

@@ -119,6 +119,22 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     ``temperature``: the ranked pool's sampling temperature (:data:`POOL_TEMPERATURE`)."""
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
+    out = _generate(task, hardware, model, tokenizer, k, ranker, pool, healthy, temperature)
+    out.candidates = out.candidates[:k]
+    return out
+
+
+def ranked_pool(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ranker: Any, *, pool: int = RANK_POOL,
+                healthy: bool | frozenset = True, temperature: float = POOL_TEMPERATURE) -> Generation:
+    """Every candidate of the pool :func:`generate` ranks with ``ranker`` (the greedy programs, ``pool``
+    samples, the rules' program), proven and predicted, best predicted first: exactly what a served
+    ranked request chooses from, so that a study can measure all of it (``bench/studies/pools.py``)."""
+    return _generate(task, hardware, model, tokenizer, 1, ranker, pool, healthy, temperature)
+
+
+def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int, ranker: Any, pool: int,
+              healthy: bool | frozenset, temperature: float) -> Generation:
+    """:func:`generate`'s work; with a ranker every candidate of the pool is returned, ranked."""
     if ranker is not None and not 1 <= pool <= 4 * MAX_K:
         raise ValueError(f"pool must be between 1 and {4 * MAX_K}, got {pool}")
     space = build_space(task, hardware)
@@ -160,7 +176,7 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
             c.predicted = float(p)
         keep.sort(key=lambda c: -c.predicted)  # stable: equal predictions keep the likelihood's order
         out.rank_s, out.pool = time.perf_counter() - t2, len(keep)
-    out.candidates = keep[:k]
+    out.candidates = keep
     return out
 
 
@@ -335,6 +351,35 @@ def measure_candidates(task: Task, hardware: Hardware, generation: Generation, *
 def tuner_name(model_id: str) -> str:
     """The ``tuner`` column of a record the model's schedule produced: ``tlm:<model id>``."""
     return f"tlm:{model_id}"
+
+
+def pool_tuner_name(model_id: str) -> str:
+    """The ``tuner`` column of a record of the model's measured ranked pool: ``tlm-pool:<model id>``."""
+    return f"tlm-pool:{model_id}"
+
+
+def pool_tuner(model: Any, tokenizer: Any, model_id: str, ranker: Any) -> Callable[..., Any]:
+    """A ``tune`` function for ``collectors.collect.collect`` that measures every program of the
+    pool a served ranked request picks from (:func:`ranked_pool`: the greedy programs,
+    ``config.trials`` samples, the rules' program), under ``tlm-pool:<model id>``: what the ranker
+    of this model's pools learns from (``tlm cost-model fit --tuners tlm-pool:``). The cost model
+    fitted on the key's searches ranks those pools worse than the rules' program alone does
+    (0.63x against 0.79x MetaSchedule@256 on 20 held-out Zen 3 tasks, whose fastest program was 0.99x):
+    it never saw the model's programs, only the search's."""
+
+    def tune(task: Task, hardware: Hardware, config: Any, *, on_records: Callable[[list], None] | None = None,
+             run_id: str = "", progress: Callable[..., None] | None = None) -> Any:
+        from collectors.tuner import measure_schedules
+
+        g = ranked_pool(task, hardware, model, tokenizer, ranker, pool=min(config.trials, 4 * MAX_K))
+        summary = measure_schedules(task, hardware, [c.schedule for c in g.candidates],
+                                    tuner=pool_tuner_name(model_id), config=config, on_records=on_records,
+                                    run_id=run_id)
+        if progress is not None:
+            progress(summary.records, len(g.candidates), summary.best_latency_s)
+        return summary
+
+    return tune
 
 
 def model_tuner(model: Any, tokenizer: Any, model_id: str) -> Callable[..., Any]:
