@@ -14,8 +14,10 @@ Per task, each method's schedule and the time it took to get it:
 * ``tlm_best_of_{4,10,32}``: k beams generated, all measured, the fastest kept (generation +
   measurement time); without a cost model only;
 * with a cost model (``--cost-model``, default the model's own ``cost_model.tar``):
-  ``tlm_ranked_top1`` (the cost model's best of the sampled pool, no measurement),
-  ``tlm_ranked_best_of_{4,10,32}`` (its k best, measured) and ``tlm_seeded_64`` (the search
+  ``tlm_ranked_top1`` (the served ranked pick, no measurement: the rules' program where the
+  rules write one, ``tlm.service.generator.RULES_FIRST``, else the cost model's best of the
+  sampled pool), ``tlm_cost_model_top1`` (the cost model's best, the rules' program ranked like
+  any other), ``tlm_ranked_best_of_{4,10,32}`` (the served k first, measured) and ``tlm_seeded_64`` (the search
   seeded by the model, ``tlm.service.seeded``: 64 measurements in all);
 * ``ms_{64,N}``: MetaSchedule's evolutionary search, one run of N trials (default 256); the
   64-trial figure is the best of its first 64 measured candidates (the search's first batch;
@@ -88,6 +90,10 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int, ranker: Any 
             methods[f"tlm_ranked_best_of_{k}"] = Method([c.schedule for c in gr.candidates[:k]], spent, measured=True)
         again = generate(task, hw, model, tok, k=1, ranker=ranker)
         row["deterministic_ranked"] = again.candidates[0].text == gr.candidates[0].text
+        # the learned ranker's own first pick, the rules' program ranked like any other: what
+        # serving it would give (tlm.service.generator.RULES_FIRST says why it is not served)
+        best = max(gr.candidates, key=lambda c: c.predicted)  # stable: the first of equals, as the ranking
+        methods["tlm_cost_model_top1"] = Method([best.schedule], spent)
         row["ranked_pool"] = gr.pool
     if ranker is not None and seeded:  # the model's candidates start a search with the corpus's cost model
         ss = seeded_search(task, hw, model, tok, ranker, model_id=model_id, trials=seeded)

@@ -1,6 +1,7 @@
 """Which ranking of a measured pool picks the best top-1: judged without measuring again.
 
-    .venv/bin/python -m bench.studies.rankers --pools POOLS.json --cost-model DIR [--objective pairwise|mlp ...]
+    .venv/bin/python -m bench.studies.rankers --pools POOLS.json --cost-model DIR [--also DIR ...]
+        [--objective pairwise|mlp ...] [--pool served]
 
 ``bench/studies/pools.py`` measures every program of the model's pools on the held-out tasks (each
 against MetaSchedule@256's schedule in the same call) and keeps them all in its JSON
@@ -9,7 +10,8 @@ scores it with every ranking asked for: the likelihood, the cost model of ``--co
 that cost model's own training data (the feature groups its ``cost_model.tar`` stores) refitted
 with each ``--objective`` (``collectors.cost_model.OBJECTIVES``: ``metaschedule`` and ``pairwise``
 boosters, or ``mlp``, MetaSchedule's own SegmentSumMLP with its LambdaRank loss on the same
-features, ``--epochs`` of it). Per ranking: the speed of its
+features, ``--epochs`` of it), and every cost model of ``--also`` as it is; on a ``served`` pool also
+the rules' program (what serving the rule baseline alone would give). Per ranking: the speed of its
 top-1 and of the best of its top-4 / top-10 relative to MS@256 (geomean over tasks), beside the
 fastest program of the pool (a perfect ranker). It is how a cost model objective is chosen
 before a ``bench/quality.py`` run confirms it. Writes JSON (``--out``). Nothing is run: the
@@ -116,6 +118,8 @@ def main() -> None:
     ap.add_argument("--pools", required=True, help="a bench/studies/pools.py JSON with candidates")
     ap.add_argument("--pool", default="samples_32", help="which pool of it to rank (default samples_32)")
     ap.add_argument("--cost-model", required=True, help="the cost model directory the pools were scored with")
+    ap.add_argument("--also", action="append", default=[], metavar="DIR",
+                    help="another cost model directory to rank with, side by side (repeatable; labelled by its name)")
     ap.add_argument("--objective", action="append", default=[], help="refit its feature groups with this objective")
     ap.add_argument("--rounds", type=int, default=300, help="boosting rounds of a refitted objective")
     ap.add_argument("--epochs", type=int, default=50, help="training epochs of a refitted mlp objective")
@@ -130,6 +134,7 @@ def main() -> None:
     hw = pools_hardware(args.pools, args.corpus)
     base = CostModel.load(args.cost_model)
     models: dict[str, Any] = {"cost_model": base}
+    models.update({os.path.basename(os.path.normpath(d)): CostModel.load(d) for d in args.also})
     for obj in args.objective:
         t0 = time.time()
         models[obj] = base.refit(objective=obj, rounds=args.rounds, epochs=args.epochs)
@@ -141,11 +146,15 @@ def main() -> None:
             scores[label] = cm.score(p.features)
             # the cost model's and the model's own opinion together, each as a z-score in the pool
             scores[f"{label}+likelihood"] = _z(scores[label]) + _z(scores["likelihood"])
+        if "origin" in p.candidates[0]:  # a served pool: the rules' program, else the cost model's pick
+            rules = np.asarray([float(c["origin"] == "rules") for c in p.candidates])
+            scores["rules"] = rules * 1e6 + scores["cost_model"]
         row = {"model": p.model, "task": p.task.task_name, "size": len(p.candidates), "fastest": float(p.speeds.max()),
                "rankers": {label: picks(s, p.speeds) for label, s in scores.items()}}
         rows.append(row)
         print(row["task"], {k: round(v["top1"], 2) for k, v in row["rankers"].items()}, flush=True)
-    write({"hardware": hw.key, "pools": args.pools, "pool": args.pool, "cost_model": args.cost_model}, rows, args.out)
+    write({"hardware": hw.key, "pools": args.pools, "pool": args.pool, "cost_model": args.cost_model,
+           "also": args.also}, rows, args.out)
 
 
 if __name__ == "__main__":

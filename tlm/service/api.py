@@ -47,7 +47,8 @@ class ScheduleRequest(BaseModel):
                                      pattern=r"^[0-9a-f]{16}$")
     hardware: str = Field(..., description="hardware key, e.g. cpu-rocketlake-2c", min_length=3, max_length=128)
     k: int = Field(1, ge=1, le=MAX_K, description=f"candidates (at most {MAX_K}): ranked by the model's cost model "
-                   "over a sampled pool when it has one and rank is true, else by likelihood (1 = greedy)")
+                   "over a sampled pool when it has one and rank is true, the rule baseline's program first "
+                   "where the rules write one; else by likelihood (1 = greedy)")
     rank: bool = Field(True, description="rank by the model's cost model when it ships one (false: likelihood only, "
                        "faster: no pool is sampled)")
     measure: bool = Field(False, description="build, run and check the candidates on the server's device")
@@ -85,7 +86,7 @@ class LayoutRewriteOut(BaseModel):
 class CandidateOut(BaseModel):
     """One generated schedule."""
 
-    rank: int  # 0 = the best ranked (the cost model's best, else the model's most likely)
+    rank: int  # 0 = the best (ranked: the rules' program, else the cost model's best; else the most likely)
     sketch_id: int
     score: float | None = None  # mean log-probability per decision token (None: a corpus record's)
     predicted: float | None = None  # the cost model's score (higher is faster), when it ranked

@@ -23,7 +23,9 @@ by the model's mean log-probability per decision token (``Candidate.score``).
   768 times, which the cost model's per-store arithmetic counts. Samples, not beams: on the
   six heaviest held-out tasks the fastest of 32 samples per sketch was 0.73x MetaSchedule@256
   (geomean), of 16 beams 0.49x, since beams differ in a word or two (bench/results/pools.json). Still
-  deterministic (seeded samples, greedy and the booster are), still no measurement.
+  deterministic (seeded samples, greedy and the booster are), still no measurement. The rule
+  baseline's program (BLIS-style blocking) is in every ranked pool and served first where the
+  rules write one (:data:`RULES_FIRST`): no learned ranking's first pick has matched it yet.
 """
 from __future__ import annotations
 
@@ -47,6 +49,20 @@ MAX_K = 64  # candidates one call may ask for
 RANK_POOL = 96
 #: the ranked pool's sampling temperature (1: the model's own distribution)
 POOL_TEMPERATURE = 1.0
+#: a ranked pool serves the rules' program first (where the rules write one), the cost model
+#: ordering the rest. Measured on the 20 held-out Zen 3 tasks of the quality set, every program
+#: of the served pool timed (``bench/results/rankers/pools-znver3.json``, 800 programs, the pool's
+#: fastest 0.99x MetaSchedule@256): no learned ranking's first pick came near the rules' program
+#: (0.79x): the key's cost model 0.63x, refitted as a pairwise ranker 0.66x, as MetaSchedule's
+#: MLP 0.63x (``rankers-shipped-znver3.json``); fitted on 2,786 measured programs of the model's
+#: own pools on 159 training workloads (``--strategy tlm-pool``) 0.67x, pairwise 0.63x, MLP
+#: 0.70x (``rankers-znver3.json``); allowed to overrule the rules only by a margin, at most 0.78x.
+#: With the rules first, the best of the first 4 of the same pools 0.80x -> 0.89x, of 10 0.91x
+#: -> 0.94x. In one bench.quality run (20 tasks, both measured in each task's call) the served
+#: top-1 0.76x against the cost model's pick 0.62x; whole BERT 248 against 486 ms, the ViT layer
+#: 35 against 72 ms, MobileNetV2 6.01 against 5.45 ms (its convolutions are where the cost
+#: model's pick is sometimes faster)
+RULES_FIRST = True
 #: torch intra-op threads while decoding. One step of a small GPT-2 on a few rows is ~0.1 ms of
 #: arithmetic, so a second thread buys nothing and its barrier costs much when the cores are
 #: busy: a ResNet conv2d took 0.19-0.48 s on 1 thread and 1.2-9 s on 2 with a collection
@@ -109,31 +125,34 @@ class Generation:
 
 def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1, ranker: Any = None,
              pool: int = RANK_POOL, healthy: bool | frozenset = True,
-             temperature: float = POOL_TEMPERATURE) -> Generation:
+             temperature: float = POOL_TEMPERATURE, rules_first: bool = RULES_FIRST) -> Generation:
     """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood, or
     by ``ranker``'s predicted speed over ``pool`` samples (shared by the sketches) and the greedy programs.
     ``healthy`` (the default; False writes whatever the grammar allows): tile factors kept out of the
     CPU's static failure modes (``tlm.language.health``): measured on 12 held-out Zen 3 convolutions
     it raised the greedy program 0.35x -> 0.48x the teacher and the ranked one 0.51x -> 0.65x, and
     left the fit on training tasks as it was (0.95x), ``bench/results/levers/healthy-*.json``.
-    ``temperature``: the ranked pool's sampling temperature (:data:`POOL_TEMPERATURE`)."""
+    ``temperature``: the ranked pool's sampling temperature (:data:`POOL_TEMPERATURE`);
+    ``rules_first``: a ranked pool's first candidate is the rules' program where there is one
+    (:data:`RULES_FIRST`), else the cost model's best."""
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
-    out = _generate(task, hardware, model, tokenizer, k, ranker, pool, healthy, temperature)
+    out = _generate(task, hardware, model, tokenizer, k, ranker, pool, healthy, temperature, rules_first)
     out.candidates = out.candidates[:k]
     return out
 
 
 def ranked_pool(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ranker: Any, *, pool: int = RANK_POOL,
-                healthy: bool | frozenset = True, temperature: float = POOL_TEMPERATURE) -> Generation:
+                healthy: bool | frozenset = True, temperature: float = POOL_TEMPERATURE,
+                rules_first: bool = RULES_FIRST) -> Generation:
     """Every candidate of the pool :func:`generate` ranks with ``ranker`` (the greedy programs, ``pool``
     samples, the rules' program), proven and predicted, best predicted first: exactly what a served
     ranked request chooses from, so that a study can measure all of it (``bench/studies/pools.py``)."""
-    return _generate(task, hardware, model, tokenizer, 1, ranker, pool, healthy, temperature)
+    return _generate(task, hardware, model, tokenizer, 1, ranker, pool, healthy, temperature, rules_first)
 
 
 def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int, ranker: Any, pool: int,
-              healthy: bool | frozenset, temperature: float) -> Generation:
+              healthy: bool | frozenset, temperature: float, rules_first: bool) -> Generation:
     """:func:`generate`'s work; with a ranker every candidate of the pool is returned, ranked."""
     if ranker is not None and not 1 <= pool <= 4 * MAX_K:
         raise ValueError(f"pool must be between 1 and {4 * MAX_K}, got {pool}")
@@ -175,6 +194,8 @@ def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int
         for c, p in zip(keep, ranker.predict(task, hardware, [c.schedule for c in keep])):
             c.predicted = float(p)
         keep.sort(key=lambda c: -c.predicted)  # stable: equal predictions keep the likelihood's order
+        if rules_first:
+            keep.sort(key=lambda c: c.origin != "rules")  # stable: the rest keep the cost model's order
         out.rank_s, out.pool = time.perf_counter() - t2, len(keep)
     out.candidates = keep
     return out
