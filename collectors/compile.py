@@ -69,8 +69,11 @@ def run_model(executable: Any, args: Sequence[Any], hardware: Hardware | None = 
 
 
 def time_model(executable: Any, args: Sequence[Any], hardware: Hardware | None = None, *,
-               number: int = 10, repeat: int = 5, min_repeat_ms: int = 50) -> float:
-    """Median seconds of one run of a compiled model (TVM's time evaluator, inputs set once)."""
+               number: int = 1, repeat: int = 5, min_repeat_ms: int = 50) -> float:
+    """Median seconds of one run of a compiled model (TVM's time evaluator, inputs set once).
+    ``number`` 1: the evaluator raises it until a repeat lasts ``min_repeat_ms``, so a fast model
+    is still run many times a repeat, and a slow one (an untuned BERT-base, seconds a run) once:
+    at 10 its timing alone took over 20 minutes of ``tlm compile --model bert_base``."""
     from tvm import relax
 
     dev = _device(hardware)
