@@ -19,6 +19,10 @@ from collectors.threads import run_on_cores
 
 #: timings of each build when several are compared (:func:`time_side_by_side`; medians reported)
 SIDE_BY_SIDE_RUNS = 5
+#: how far ahead (x) the fastest build of :func:`time_side_by_side` must be in each of two rounds
+#: to end the timing early: a gap far past the call-to-call noise of a whole-model timing here (the
+#: demo's small BERT: 0.96-1.2x on the same two builds)
+CLEAR_GAP = 2.0
 #: how near a whole-model build's output must be to PyTorch's (``numpy.allclose``'s arguments)
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
 
@@ -88,14 +92,24 @@ def time_side_by_side(builds: dict[str, Any], args: Sequence[Any], hardware: Har
     """Median seconds of each compiled model in ``builds`` (name -> executable), timed ``runs``
     times in turn (A B A B ...), so a slow moment of this shared host hits every build alike;
     also every run. One :func:`time_model` each gave the demo's small BERT verdicts from 0.96x
-    to 1.2x the untuned build on the same two builds."""
+    to 1.2x the untuned build on the same two builds. Stops after two rounds when the fastest
+    is :data:`CLEAR_GAP` times ahead of every other in both: an untuned BERT-base, seconds a run
+    and ~20x the served build, was timed five rounds all the same."""
     import statistics
 
     every: dict[str, list[float]] = {name: [] for name in builds}
-    for _ in range(runs):
+    for r in range(runs):
         for name, exe in builds.items():
             every[name].append(time_model(exe, args, hardware))
+        if r >= 1 and len(builds) > 1 and all(_clearly_fastest([v[i] for v in every.values()]) for i in range(r + 1)):
+            break
     return {name: statistics.median(v) for name, v in every.items()}, every
+
+
+def _clearly_fastest(times: list[float]) -> bool:
+    """The fastest of one round's timings is :data:`CLEAR_GAP` times ahead of the next."""
+    first, second = sorted(times)[:2]
+    return second >= CLEAR_GAP * first
 
 
 def time_torch(module: Any, args: Sequence[Any], *, threads: int, warmup: int = 5, runs: int = 30) -> float:
