@@ -100,8 +100,8 @@ def time_side_by_side(builds: dict[str, Any], args: Sequence[Any], hardware: Har
     rounds of five runs kept `tlm compile --model bert_base` busy for over 20 minutes."""
     import statistics
 
-    # one run of each first: an untuned BERT-base (over a minute a run on 2 cores) ~20x the served
-    # build needs no more to tell which ships; a smaller gap is timed as before
+    # one run of each first: a build PROBE_GAP times slower than another (an untuned BERT-base,
+    # over a minute a run on 2 cores) needs no more to tell which ships; a smaller gap is timed as before
     probe = {name: time_model(exe, args, hardware, repeat=1) for name, exe in builds.items()}
     if len(builds) > 1 and _clearly_fastest(list(probe.values()), PROBE_GAP):
         return probe, {name: [t] for name, t in probe.items()}
