@@ -65,11 +65,12 @@ class CostModelConfig:
     objective: str = "metaschedule"
     rounds: int = 300  # boosting rounds of the "pairwise" objective (metaschedule stops on its own)
     epochs: int = 50  # training epochs of the "mlp" objective (MetaSchedule's num_epoch_full)
-    #: only records whose ``tuner`` starts with one of these (empty: every record). A ranker of a
-    #: model's pool learns best from that pool's own programs measured (``tlm collect --strategy
-    #: tlm-pool``, tuner ``tlm-pool:<model>``): the searches' records are another distribution.
-    #: On 20 held-out Zen 3 pools, leave-one-task-out, a booster fitted on the 19 other pools picked
-    #: 0.76x MetaSchedule@256 against 0.63x for the key's cost model fitted on its searches
+    #: only records whose ``tuner`` starts with one of these (empty: every record): e.g. a ranker of
+    #: a model's pools fitted on those pools measured (``tlm collect --strategy tlm-pool``, tuner
+    #: ``tlm-pool:<model>``), since the searches' records are another distribution of programs. On
+    #: 20 held-out Zen 3 pools it picked 0.67x MetaSchedule@256 fitted on 2,786 pool records of
+    #: training workloads, against 0.63x for the key's cost model (and 0.76x leave-one-task-out on
+    #: those pools themselves): ``bench/results/rankers/README.md``
     tuners: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

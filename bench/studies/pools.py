@@ -3,10 +3,10 @@
     .venv/bin/python -m bench.studies.pools [--model DIR ...] [--tasks 6] [--beams 16] [--samples 32] [--outside]
 
 For each of the N heaviest held-out tasks (``bench/judging.py``; ``--outside``: the ViT layer's
-too, as ``bench/quality.py`` judges) and each model: the greedy
-program of every sketch, ``--beams`` beams per sketch, ``--samples`` seeded samples per
-sketch and the ``served`` pool (what a served ranked request picks from: the greedy programs,
-``RANK_POOL`` samples shared by the sketches and the rules' program) are decoded, proven valid, scored by the model (likelihood) and by the model's cost
+too, as ``bench/quality.py`` judges) and each model: the greedy program of every sketch,
+``--beams`` beams per sketch, ``--samples`` seeded samples per sketch and the ``served`` pool
+(what a served ranked request picks from: the greedy programs, ``RANK_POOL`` samples shared by
+the sketches and the rules' program) are decoded, proven valid, scored by the model (likelihood) and by the model's cost
 model (``cost_model.tar`` in its directory, else ``--cost-model``), and **every distinct
 program is measured in one call** (``collectors.tuner.measure_schedules``: the corpus's
 builder, runner and correctness check). Per pool it reports the fastest program in it (what a

@@ -82,6 +82,10 @@ def test_a_bad_pool_is_refused(lm, ranker, tasks, cpu_hw):
     model, tok = lm
     with pytest.raises(ValueError, match="pool"):
         generate(tasks["matmul"], cpu_hw, model, tok, k=1, ranker=ranker, pool=0)
+    from tlm.service.generator import ranked_pool
+
+    with pytest.raises(ValueError, match="ranker"):
+        ranked_pool(tasks["matmul"], cpu_hw, model, tok, None)
 
 
 @pytest.mark.slow
