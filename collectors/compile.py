@@ -109,15 +109,15 @@ def time_side_by_side(builds: dict[str, Any], args: Sequence[Any], hardware: Har
     for r in range(runs):
         for name, exe in builds.items():
             every[name].append(time_model(exe, args, hardware))
-        if r >= 1 and len(builds) > 1 and all(_clearly_fastest([v[i] for v in every.values()]) for i in range(r + 1)):
-            break
+        if r == 1 and len(builds) > 1 and all(_clearly_fastest([v[i] for v in every.values()]) for i in (0, 1)):
+            break  # decided after the second round only: a close first or second round times them all
     return {name: statistics.median(v) for name, v in every.items()}, every
 
 
-def _clearly_fastest(times: list[float], gap: float = 0.0) -> bool:
-    """The fastest of one round's timings is ``gap`` (default :data:`CLEAR_GAP`) times ahead of the next."""
+def _clearly_fastest(times: list[float], gap: float = CLEAR_GAP) -> bool:
+    """The fastest of one round's timings is ``gap`` times ahead of the next."""
     first, second = sorted(times)[:2]
-    return second >= (gap or CLEAR_GAP) * first
+    return second >= gap * first
 
 
 def time_torch(module: Any, args: Sequence[Any], *, threads: int, warmup: int = 5, runs: int = 30) -> float:
