@@ -13,17 +13,23 @@ nested S0 S1 R0 S2 R1 S3) and choose every decision from the hardware alone, nev
   channel), so each loaded vector is reused ``MR`` times; within half the vector registers;
 * **inner reduction** (R1): as deep as keeps both micro-panels within half the L1, at most
   :data:`INNER_REDUCTION` (the unpacked input's rows share an L1 set);
-* **L2 block** (S2): columns of micro-tiles whose input panels share half the L2, rows whose
-  panels share a quarter;
-* **parallel outer loops** (S0): the outermost level is split over the outer loops until it
-  offers about 8 chunks per core (load balance without tiny tasks); S1 takes what is left; a
-  task whose work is less than starting a parallel region saves
-  (``collectors.threads.parallel_target``) keeps S0 and S1 at 1: no parallel loop;
+* **where the reuse lives** (:func:`panel_fits`): S2 sits inside the outer reduction step R0,
+  so whatever it holds is swept once per step. Where the B micro-panel of the whole reduction
+  fits the L1 (BERT's attention matmuls, 1x1 convolutions with a short reduction or a small
+  image), the **panel** plan: S2 = 1 (each micro-tile keeps its accumulators over the whole
+  reduction), the rows of micro-tiles innermost in S1 so they all reuse that panel from the L1.
+  Elsewhere (the dense matmuls of BERT and ViT, K 768-3072) the **sweep** plan: S2 holds the L2
+  block, columns of micro-tiles whose input panels share half the L2, rows a quarter;
+* **parallel outer loops** (S0): about 8 chunks per core (load balance without tiny tasks):
+  the sweep splits the outermost level over the outer loops in order, the panel plan the
+  blocks of columns and the other axes first; a task whose work is less than starting a
+  parallel region saves (``collectors.threads.parallel_target``) keeps S0 at 1: no parallel loop;
 * **unroll**: ``max_step`` 64 where the sketch samples one (MetaSchedule's middle choice).
 
 Measured on a 2-core Zen 3 against the Roller-style tiles it replaces (bench/studies/rules.py):
 1.04-1.35x on BERT-base's matmuls, 4.7x on MobileNetV2's classifier, 0.94-1.20x on ResNet-50
-convolutions. Blocks the plan does not cover (no contiguous output axis, other tilings) keep the
+convolutions; the panel plan where it fits, against the sweep everywhere (2026-12-05, the 20
+quality tasks): 0.83x -> 0.89x MS@256 geomean before the partial-vector micro-kernel. Blocks the plan does not cover (no contiguous output axis, other tilings) keep the
 Roller-style tiles (``blocked=False`` gives them everywhere): the innermost spatial loop a
 multiple of the vector lanes up to two vectors, the next up to 8 rows, the inner reduction the
 largest divisor up to 8 within half the L1, outer blocks of up to 32.
@@ -98,15 +104,18 @@ def l2_bytes(hardware: Hardware) -> int:
     return _cache_bytes(hardware, 2, DEFAULT_L2_BYTES)
 
 
-def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True) -> RuleSchedule:
+def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, blocking: str = "auto") -> RuleSchedule:
     """The rule-chosen, postprocessed schedule of ``task`` for a CPU ``hardware``.
 
     ``blocked=False``: the Roller-style tiles alone (the rule baseline before the blocked plan,
-    kept to measure one against the other: bench/studies/rules.py). Raises ``ValueError`` for a
+    kept to measure one against the other: bench/studies/rules.py); ``blocking``: which blocked
+    plan (:data:`PLANS`). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
     if hardware.kind != "cpu":
         raise ValueError(f"the rule scheduler is for CPUs; {hardware.key} is {hardware.kind} (use tvm.s_tir.dlight)")
+    if blocking not in PLANS:
+        raise ValueError(f"unknown blocked plan {blocking!r}; one of {', '.join(PLANS)}")
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
     order = sorted(range(len(sketches)), key=lambda i: (-_tiled_loops(sketches[i].trace),
@@ -114,7 +123,7 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True) -> Ru
     refused = []
     serial = task_parallel_target(task, hardware) == 1
     for i in order:
-        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial)
+        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking)
         why = refusing_postproc(sch, task, hardware)
         if why is None:
             return RuleSchedule(sch, i, decisions, time.perf_counter() - t0)
@@ -131,7 +140,7 @@ def _fuses_consumer(trace: Any) -> bool:
 
 
 def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True,
-                 serial: bool = False) -> tuple[Any, dict]:
+                 serial: bool = False, blocking: str = "auto") -> tuple[Any, dict]:
     """Replay a sketch with every decision chosen by rule (``serial``: no parallel loop, the task
     is smaller than what starting one saves); the schedule and the decisions."""
     from tvm.s_tir.schedule import Schedule
@@ -142,7 +151,7 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     sch = Schedule(as_module(task.mod))
     chosen: dict[int, Any] = {}
     state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial}
-    planned = _blocked_plans(task, hardware, trace, plan, serial) if blocked else {}
+    planned = _blocked_plans(task, hardware, trace, plan, serial, blocking) if blocked else {}
     counter = [0]  # the provider is called for every instruction, in trace order
 
     def provider(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
@@ -232,26 +241,62 @@ def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int)
     return best
 
 
-def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, serial: bool = False) -> dict[int, list[int]]:
-    """Loop index -> tile factors (outer to inner) of the blocked plan: the micro-kernel as the
-    innermost spatial level, the inner reduction level sized so the micro-panels of both inputs
-    stay in half the L1, the next spatial level (rows x columns of micro-tiles) so a block of the
-    reused input stays in the L2, the outermost level over the cores, the rest between
-    (``serial``: the two outer levels 1, everything in the L2 level)."""
+#: The blocked plans (``rule_schedule(plan=...)``; bench/studies/rules.py measures them side by side):
+#: "sweep" puts the L2 block in S2, "panel" puts S2 = 1 and the rows innermost of S1, "auto"
+#: (the default) takes the panel plan where it fits (:func:`panel_fits`), else the sweep.
+PLANS = ("auto", "sweep", "panel")
+
+
+def panel_fits(k_total: int, nr: int, l1: int) -> bool:
+    """Whether a block takes the panel plan: the micro-kernel writes vectors (``nr`` > 1) and the
+    B micro-panel of the whole reduction (K x nr floats) fits the L1, so every row of micro-tiles
+    reuses it from there. Measured on a Zen 3 (2026-12-05, the 20 quality tasks against
+    MS@256): the panel plan 1.4-1.8x the sweep on BERT's attention matmuls (K 64 and 128) and
+    MobileNetV2's 1x1 convolutions with a short reduction or a 7x7 image; 0.2-0.6x it on the
+    dense matmuls of K 768-3072, whose unpacked B panels no cache holds."""
+    return nr > 1 and 4 * k_total * nr <= l1
+
+
+def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, serial: bool = False,
+                  plan_kind: str = "auto") -> dict[int, list[int]]:
+    """Loop index -> tile factors (outer to inner) of the blocked plan (``plan_kind`` one of
+    :data:`PLANS`). The nest is MetaSchedule's S0 S1 R0 S2 R1 S3: S2 is swept once per step of
+    the outer reduction R0, S1 and S0 once in all.
+
+    * the micro-kernel (:func:`micro_kernel`) is the innermost spatial level S3;
+    * the inner reduction R1 as deep as keeps both micro-panels in half the L1, at most
+      :data:`INNER_REDUCTION` (B is not packed: its kc rows, a row stride apart, often a multiple
+      of 4 KB, share one L1 set; kc 64 ran 1.2-10x slower than 8-16 on the Zen 3, and kc as deep
+      as the rows' distinct L1 sets allow ran 0.88x kc <= 8 on the 20 quality tasks);
+    * **sweep**: S2 holds rows x columns of micro-tiles whose input panels share the L2, the
+      outermost level over the cores, the rest between;
+    * **panel**: S2 = 1, so each micro-tile takes the whole reduction in its registers; the rows
+      of micro-tiles are S1, innermost of the spatial loops, so the B micro-panel (K x nr) stays
+      in the L1 across them; the other axes (batch, image rows) and blocks of columns whose B
+      panels share half the L2 (S0) are what the cores share. A row that is not a whole number of
+      vectors is one partial vector (8 x 7 on a 14-wide image, not 4 x 14: 1.3-1.9x faster in the
+      panel plan on MobileNetV2's 14x14 convolutions, 0.5-1x in the sweep);
+    * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial
+      loops into the parallel one), everything in S2.
+    """
     from collectors.hardware import vector_registers
 
     lanes = max(1, hardware.vector_bits // 32)
+    regs = vector_registers(hardware)
     rows_ext = axes.extents[axes.rows] if axes.rows is not None else 1
-    mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, vector_registers(hardware))
+    mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs)
+    k_total = math.prod(e for e, r in zip(axes.extents, axes.reduce) if r)
+    l1 = l1_bytes(hardware)
+    panel = plan_kind == "panel" or (plan_kind == "auto" and panel_fits(k_total, nr, l1))
+    if panel and nr > lanes and nr % lanes:  # one partial vector per row, as many rows as registers allow
+        nr = _largest_divisor(axes.extents[axes.vector], lanes)
+        mr = _largest_divisor(rows_ext, regs // 2)
     inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
     inner[axes.vector] = nr
     if axes.rows is not None:
         inner[axes.rows] = mr
     plan: dict[int, list[int]] = {}
-    # inner reduction: the k-depth whose A (mr x kc) and B (kc x nr) micro-panels fit half the L1,
-    # at most INNER_REDUCTION: B is not packed, and its kc rows, a row stride apart (often a
-    # multiple of 4 KB), share one L1 set (kc 64 ran 1.2-10x slower than 8-16 on the Zen 3)
-    k_left = max(1, min(INNER_REDUCTION, l1_bytes(hardware) // 2 // (4 * (mr + nr))))
+    k_left = max(1, min(INNER_REDUCTION, l1 // 2 // (4 * (mr + nr))))
     kc = 1
     for i in reversed(range(len(axes.extents))):
         if axes.reduce[i]:
@@ -259,15 +304,31 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seri
             k_left = max(1, k_left // k1)
             kc *= k1
             plan[i] = [axes.extents[i] // k1, k1]
-    parallel_left = hardware.cores * CHUNKS_PER_CORE
+    spatial = [i for i, r in enumerate(axes.reduce) if not r]
+    if serial:
+        for i in spatial:
+            rest = axes.extents[i] // inner[i]
+            plan[i] = [1, 1, rest, inner[i]]  # S0 and S1 would be fused into a parallel loop
+        return plan
     l2 = l2_bytes(hardware)
-    for i, ext in enumerate(axes.extents):
-        if axes.reduce[i]:
-            continue
-        rest = ext // inner[i]
-        if serial:
-            plan[i] = [1, 1, rest, inner[i]]
-            continue
+    chunks_wanted = hardware.cores * CHUNKS_PER_CORE
+    if panel:
+        chunks = 1
+        for i in spatial:
+            if i == axes.rows:
+                continue
+            rest = axes.extents[i] // inner[i]
+            t1 = _largest_divisor(rest, max(1, l2 // 2 // (4 * k_total * nr))) if i == axes.vector else 1
+            plan[i] = [rest // t1, t1, 1, inner[i]]
+            chunks *= rest // t1
+        if axes.rows is not None:
+            rest = axes.extents[axes.rows] // mr
+            t0 = _largest_divisor(rest, max(1, chunks_wanted // chunks))
+            plan[axes.rows] = [t0, rest // t0, 1, mr]
+        return plan
+    parallel_left = chunks_wanted
+    for i in spatial:
+        rest = axes.extents[i] // inner[i]
         t0 = _largest_divisor(rest, parallel_left)
         parallel_left = max(1, parallel_left // t0)
         rest //= t0
@@ -281,7 +342,8 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seri
     return plan
 
 
-def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False) -> dict[int, list[int]]:
+def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False,
+                   blocking: str = "auto") -> dict[int, list[int]]:
     """Instruction index -> tiles of every SamplePerfectTile that tiles a block the blocked plan
     covers (a 4-level spatial, 2-level reduction tiling of a block with a contiguous output)."""
     groups: dict[int, list[int]] = {}
@@ -299,7 +361,7 @@ def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, seri
         axes = block_axes(task.mod, name) if name else None
         if axes is None or len(samples) != len(axes.extents):
             continue
-        plan = _blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial)
+        plan = _blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial, blocking)
         loops = {p: i for p, i in zip(range(len(axes.extents)), sorted(samples))}
         for p, i in loops.items():
             want = 4 if not axes.reduce[p] else 2
