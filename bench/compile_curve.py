@@ -94,6 +94,8 @@ def run(models: list[str], methods: list[str], budgets: list[int], *, small: boo
                     continue  # MetaSchedule with no measurement is the untuned build
                 done = [p for p in entry["points"] if (p["method"], p["measurements"]) == (method, budget)]
                 if done and not fresh:
+                    print(f"{model}: {method} at {budget} measurements already in {out}: {_line(done[-1])} "
+                          "(--fresh measures it again)", flush=True)
                     continue
                 print(f"{model}: {method} at {budget} measurements ...", flush=True)
                 point = _child(method, model, budget, small, tlm_model, timeout)
