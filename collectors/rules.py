@@ -28,8 +28,9 @@ nested S0 S1 R0 S2 R1 S3) and choose every decision from the hardware alone, nev
 
 Measured on a 2-core Zen 3 against the Roller-style tiles it replaces (bench/studies/rules.py):
 1.04-1.35x on BERT-base's matmuls, 4.7x on MobileNetV2's classifier, 0.94-1.20x on ResNet-50
-convolutions; the panel plan where it fits, against the sweep everywhere (2026-12-05, the 20
-quality tasks): 0.83x -> 0.89x MS@256 geomean before the partial-vector micro-kernel. Blocks the plan does not cover (no contiguous output axis, other tilings) keep the
+convolutions; the panel plan where it fits against the sweep everywhere (2026-12-05, the 20
+quality tasks and 4 training convolutions, ``bench.studies.rules --quality 20``): 0.79x -> 0.88x
+MS@256 geomean. Blocks the plan does not cover (no contiguous output axis, other tilings) keep the
 Roller-style tiles (``blocked=False`` gives them everywhere): the innermost spatial loop a
 multiple of the vector lanes up to two vectors, the next up to 8 rows, the inner reduction the
 largest divisor up to 8 within half the L1, outer blocks of up to 32.
@@ -241,7 +242,7 @@ def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int)
     return best
 
 
-#: The blocked plans (``rule_schedule(plan=...)``; bench/studies/rules.py measures them side by side):
+#: The blocked plans (``rule_schedule(blocking=...)``; bench/studies/rules.py measures them side by side):
 #: "sweep" puts the L2 block in S2, "panel" puts S2 = 1 and the rows innermost of S1, "auto"
 #: (the default) takes the panel plan where it fits (:func:`panel_fits`), else the sweep.
 PLANS = ("auto", "sweep", "panel")

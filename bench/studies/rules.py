@@ -13,8 +13,9 @@ plan of ``collectors.rules.PLANS`` forced, ``rules_<plan>``), the Roller-style t
 (``blocked=False``), the key's fastest corpus record when it has one (MetaSchedule's 64-trial
 search, re-measured), MetaSchedule@256 where ``bench.references`` has it cached (``ms_256``:
 never searched here) and PyTorch eager. ``--quality N``: the N heaviest tasks of the judging set
-with the outside ViT layer, every kind, as ``bench.quality --tasks N`` judges them. % of peak against ``bench.quality.peak_gflops`` (a
-2048^3 PyTorch matmul on this machine), as the quality benchmark reports it.
+with the outside ViT layer, every kind, as ``bench.quality --tasks N`` judges them. % of peak
+against ``bench.quality.peak_gflops`` (a 2048^3 PyTorch matmul on this machine), as the quality
+benchmark reports it.
 """
 from __future__ import annotations
 
