@@ -89,8 +89,14 @@ def test_the_fine_tuned_model_ships_a_cost_model_held_out_like_itself_that_ranks
         w = next(w for w in c.workloads() if w["task_name"] == "conv2d3" and "mobilenetv2" in (w.get("models") or {}))
     assert w["workload_key"] in set(ranker.config.exclude_workloads), "a held-out task was trained on"
     model, tok, _ = load_model(str(d))
-    g = generate(task_from_index(w), detect_hardware("cpu"), model, tok, k=2, ranker=ranker, pool=8)
-    assert len(g.candidates) == 2 and g.candidates[0].predicted >= g.candidates[1].predicted
+    g = generate(task_from_index(w), detect_hardware("cpu"), model, tok, k=3, ranker=ranker, pool=8)
+    assert len(g.candidates) == 3 and all(c.predicted is not None for c in g.candidates)
+    # the rules' program is served first whatever its prediction (generator.RULES_FIRST), the
+    # model's programs after it, best predicted first
+    if g.candidates[0].origin == "rules":
+        assert all(c.origin != "rules" for c in g.candidates[1:])
+    ranked = [c.predicted for c in g.candidates if c.origin != "rules"]
+    assert ranked == sorted(ranked, reverse=True)
 
 
 def test_every_key_of_the_shipped_corpus_ranks_with_its_own_cost_model(tmp_path):
