@@ -219,7 +219,8 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None)
 
 
-def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int) -> tuple[int, int]:
+def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
+                 partial_vectors: int = 2) -> tuple[int, int]:
     """The register tile ``(MR, NR)`` of a BLIS-style micro-kernel: ``MR`` rows of ``nv = NR /
     lanes`` vectors of accumulators. Measured on a Zen 3 (a 128x768x768 matmul, 20 tiles side by
     side): ``nv`` a power of two (a 3-vector row ran 2-10x slower) and the accumulators within
@@ -227,9 +228,9 @@ def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int)
     other half for the loaded vectors, broadcasts and addresses). Among those, the most FMAs per
     value loaded (``MR * nv / (MR + nv)``), then the wider row. Both are divisors of their axes (a
     perfect tiling); an axis with no multiple of the lanes among its divisors gets its largest
-    divisor up to two vectors."""
+    divisor up to ``partial_vectors`` vectors (the panel plan asks for one: :func:`_blocked_plan`)."""
     cols = [d for d in _divisors(cols_extent) if d % lanes == 0 and (d // lanes) in (1, 2, 4)] or [
-        _largest_divisor(cols_extent, 2 * lanes)]
+        _largest_divisor(cols_extent, partial_vectors * lanes)]
     best, best_key = (1, cols[0]), (-1.0, 0)
     for nr in cols:
         nv = -(-nr // lanes)
@@ -289,9 +290,8 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seri
     k_total = math.prod(e for e, r in zip(axes.extents, axes.reduce) if r)
     l1 = l1_bytes(hardware)
     panel = plan_kind == "panel" or (plan_kind == "auto" and panel_fits(k_total, nr, l1))
-    if panel and nr > lanes and nr % lanes:  # one partial vector per row, as many rows as registers allow
-        nr = _largest_divisor(axes.extents[axes.vector], lanes)
-        mr = _largest_divisor(rows_ext, regs // 2)
+    if panel:  # a row that is not whole vectors: one partial vector, as many rows as registers allow
+        mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, partial_vectors=1)
     inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
     inner[axes.vector] = nr
     if axes.rows is not None:
