@@ -21,9 +21,9 @@ nested S0 S1 R0 S2 R1 S3) and choose every decision from the hardware alone, nev
   Elsewhere (the dense matmuls of BERT and ViT, K 768-3072) the **sweep** plan: S2 holds the L2
   block, columns of micro-tiles whose input panels share half the L2, rows a quarter;
 * **parallel outer loops** (S0): about 8 chunks per core (load balance without tiny tasks):
-  the sweep splits the outermost level over the outer loops in order, the panel plan the
-  blocks of columns and the other axes first; a task whose work is less than starting a
-  parallel region saves (``collectors.threads.parallel_target``) keeps S0 at 1: no parallel loop;
+  the sweep splits first the loops whose chunks read the least input again (:func:`_split_order`),
+  the panel plan the blocks of columns and the other axes; a task whose work is less than starting
+  a parallel region saves (``collectors.threads.parallel_target``) keeps S0 at 1: no parallel loop;
 * **unroll**: ``max_step`` 64 where the sketch samples one (MetaSchedule's middle choice).
 
 Measured on a 2-core Zen 3 against the Roller-style tiles it replaces (bench/studies/rules.py):
@@ -192,11 +192,15 @@ class BlockAxes:
     reduce: tuple[bool, ...]
     vector: int  # loop index of the output's stride-1 axis
     rows: int | None  # loop index of the axis the vector-loaded input does not depend on (None: none)
+    #: per loop, the elements of the inputs that do not depend on it: what every parallel chunk of
+    #: a split of that loop reads again (a matmul's ``i``: all of B; its ``j``: all of A)
+    reread: tuple[int, ...] = ()
 
 
 def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     """The :class:`BlockAxes` of ``block_name`` in an unscheduled module (None: not a plain
     loop nest over its iterators, or no contiguous output axis)."""
+    import tvm
     from tvm.tirx.analysis import undefined_vars
 
     from collectors.tir import block_realizes, contiguous_axis, is_reduction
@@ -216,7 +220,20 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     reduce = tuple(is_reduction(iv) for iv in ivs)
     extents = tuple(int(iv.dom.extent) for iv in ivs)
     rows = [i for i, iv in enumerate(ivs) if not reduce[i] and i != vec and iv.var not in used and extents[i] > 1]
-    return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None)
+    write = found.block.writes[0].source
+    reread = [0] * len(ivs)
+    for r in found.block.reads:
+        if r.source.same_as(write):
+            continue
+        depends = set()
+        for rng in r.region:
+            depends |= set(undefined_vars(rng.min))
+        shape = [d for d in r.source.shape if isinstance(d, tvm.tirx.IntImm)]  # symbolic: not weighed
+        size = math.prod(int(d) for d in shape) if len(shape) == len(r.source.shape) else 0
+        for i, iv in enumerate(ivs):
+            if iv.var not in depends:
+                reread[i] += size
+    return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None, tuple(reread))
 
 
 def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
@@ -262,22 +279,14 @@ def panel_fits(k_total: int, nr: int, l1: int) -> bool:
 def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, serial: bool = False,
                   plan_kind: str = "auto") -> dict[int, list[int]]:
     """Loop index -> tile factors (outer to inner) of the blocked plan (``plan_kind`` one of
-    :data:`PLANS`). The nest is MetaSchedule's S0 S1 R0 S2 R1 S3: S2 is swept once per step of
-    the outer reduction R0, S1 and S0 once in all.
+    :data:`PLANS`; the module docstring says what each level holds). The nest is MetaSchedule's
+    S0 S1 R0 S2 R1 S3: S2 is swept once per step of the outer reduction R0, S1 and S0 once in all.
 
-    * the micro-kernel (:func:`micro_kernel`) is the innermost spatial level S3;
-    * the inner reduction R1 as deep as keeps both micro-panels in half the L1, at most
-      :data:`INNER_REDUCTION` (B is not packed: its kc rows, a row stride apart, often a multiple
-      of 4 KB, share one L1 set; kc 64 ran 1.2-10x slower than 8-16 on the Zen 3, and kc as deep
-      as the rows' distinct L1 sets allow ran 0.88x kc <= 8 on the 20 quality tasks);
-    * **sweep**: S2 holds rows x columns of micro-tiles whose input panels share the L2, the
-      outermost level over the cores, the rest between;
-    * **panel**: S2 = 1, so each micro-tile takes the whole reduction in its registers; the rows
-      of micro-tiles are S1, innermost of the spatial loops, so the B micro-panel (K x nr) stays
-      in the L1 across them; the other axes (batch, image rows) and blocks of columns whose B
-      panels share half the L2 (S0) are what the cores share. A row that is not a whole number of
-      vectors is one partial vector (8 x 7 on a 14-wide image, not 4 x 14: 1.3-1.9x faster in the
-      panel plan on MobileNetV2's 14x14 convolutions, 0.5-1x in the sweep);
+    * the inner reduction R1 at most :data:`INNER_REDUCTION` (B is not packed: its kc rows, a row
+      stride apart, often a multiple of 4 KB, share one L1 set; kc 64 ran 1.2-10x slower than
+      8-16 on the Zen 3, kc as deep as the rows' distinct L1 sets allow 0.88x kc <= 8);
+    * **panel**: a row that is not a whole number of vectors is one partial vector (8 x 7 on a
+      14-wide image, not 4 x 14: 1.3-1.9x faster on MobileNetV2's 14x14 convolutions);
     * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial
       loops into the parallel one), everything in S2.
     """
@@ -289,7 +298,10 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seri
     mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs)
     k_total = math.prod(e for e, r in zip(axes.extents, axes.reduce) if r)
     l1 = l1_bytes(hardware)
-    panel = plan_kind == "panel" or (plan_kind == "auto" and panel_fits(k_total, nr, l1))
+    # a reduction with no divisor up to INNER_REDUCTION (ViT's 197 tokens) leaves the sweep one
+    # step deep (kc = 1): it re-sweeps its block K times; the panel plan ran 2.8x it (Rocket Lake)
+    unsplittable = all(_largest_divisor(e, INNER_REDUCTION) == 1 for e, r in zip(axes.extents, axes.reduce) if r)
+    panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
     if panel:  # a row that is not whole vectors: one partial vector, as many rows as registers allow
         mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, partial_vectors=1)
     inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
@@ -328,7 +340,7 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seri
             plan[axes.rows] = [t0, rest // t0, 1, mr]
         return plan
     parallel_left = chunks_wanted
-    for i in spatial:
+    for i in _split_order(axes, spatial):
         rest = axes.extents[i] // inner[i]
         t0 = _largest_divisor(rest, parallel_left)
         parallel_left = max(1, parallel_left // t0)
@@ -341,6 +353,16 @@ def _blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seri
             t2 = 1
         plan[i] = [t0, rest // t2, t2, inner[i]]
     return plan
+
+
+def _split_order(axes: BlockAxes, spatial: list[int]) -> list[int]:
+    """The order the sweep splits the spatial loops over the cores in: first those whose chunks
+    read the least again (:attr:`BlockAxes.reread`), ties outermost first. A matmul whose B is the
+    larger input (BERT's dense layers) is split over its columns: each core streams its own part
+    of B. 1.17-1.73x the rows first on BERT-base's dense matmuls (Rocket Lake, 2026-12-05)."""
+    if not axes.reread:
+        return list(spatial)
+    return sorted(spatial, key=lambda i: (axes.reread[i], spatial.index(i)))
 
 
 def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False,
