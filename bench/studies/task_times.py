@@ -8,7 +8,8 @@ untuned one; what measuring 256 candidates bought, and what it could not).
 Every task of the model gets the schedule ``tlm compile`` serves without measuring (the key's
 model, else the nearest, ranked by its cost model over the weighted pool); its served program
 and its default lowering (the PrimFunc unscheduled: what the untuned build runs) are then timed
-in **one** measurement call per task (correctness-checked). Per task: weight x latency of each,
+in **one** measurement call per task (correctness-checked), and scored by the key's cost model
+(``cost_model_calls_default``: could it tell where the default is faster, without measuring?). Per task: weight x latency of each,
 so the sum says how much of the whole model's time is in kernels and which tasks hold it; the
 whole model is built and timed both ways beside it, ``collectors.compile.SIDE_BY_SIDE_RUNS`` times in turn (medians).
 """
@@ -62,6 +63,7 @@ def study(model: str, *, small: bool, tlm_model: str | None) -> dict:
     rows: list[dict[str, Any]] = []
     for ts in chosen:
         scheds = [Schedule(as_module(ts.task.mod))] + ([schedule_of(ts.task.mod, ts.trace)] if ts.trace else [])
+        scores = [float(x) for x in ranker.predict(ts.task, hw, scheds)] if ranker is not None else []
         records: list = []
         measure_schedules(ts.task, hw, scheds, tuner="study", on_records=records.extend)
         lat = [r.latency_s for r in records]
@@ -69,6 +71,7 @@ def study(model: str, *, small: bool, tlm_model: str | None) -> dict:
                      "flops": ts.task.flops, "default_us": _us(lat[0]),
                      "served_us": _us(lat[1]) if len(lat) > 1 else None,
                      "source": ts.source, "why_default": ts.error if ts.source == "default" else None,
+                     "predicted_default_faster": scores[0] > scores[1] if len(scores) == 2 else None,
                      "modes": list(modes_of_trace(ts.task.mod, ts.trace, hw)) if ts.trace else None,
                      "errors": [r.error for r in records if r.error]})
     served_build = compile_model(relax_mod, hw, database_of(chosen, hw))
@@ -101,6 +104,8 @@ def summary(rows: list[dict]) -> dict:
         for m in r.get("modes") or ["none"]:
             modes[m] = modes.get(m, 0.0) + w(r, "served_us")
     top = sorted(rows, key=lambda r: -w(r, "served_us"))[:10]
+    judged = [r for r in rows if r.get("predicted_default_faster") is not None and r["served_us"] and r["default_us"]]
+    believed = [r for r in judged if r["predicted_default_faster"]]
     by_kind: dict[str, float] = {}
     for r in rows:
         by_kind[r["op_kind"]] = by_kind.get(r["op_kind"], 0.0) + (w(r, "served_us") or w(r, "default_us"))
@@ -109,6 +114,14 @@ def summary(rows: list[dict]) -> dict:
         "default_faster": {"tasks": len(slower), "of": len(rows),
                            "lost_ms": sum(w(r, "served_us") - w(r, "default_us") for r in slower),
                            "names": [r["task"] for r in slower]},
+        # would the key's cost model, scoring the default lowering beside the served program, tell
+        # the tasks where the default is faster? (right / wrong calls, and the sum if believed)
+        "cost_model_calls_default": {
+            "right": sum(r["default_us"] < r["served_us"] for r in believed),
+            "wrong": sum(r["default_us"] >= r["served_us"] for r in believed),
+            "missed": sum(r["default_us"] < r["served_us"] and not r["predicted_default_faster"] for r in judged),
+            "sum_if_believed_ms": sum(w(r, "default_us" if r["predicted_default_faster"] else "served_us") for r in judged),
+            "sum_served_ms": sum(w(r, "served_us") for r in judged)},
         "served_ms_by_failure_mode": dict(sorted(modes.items(), key=lambda kv: -kv[1])),
         "served_ms_by_op_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
         "heaviest": [{"task": r["task"], "weight": r["weight"], "served_ms": w(r, "served_us"),
