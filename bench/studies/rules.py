@@ -9,7 +9,7 @@ the first ``--convs`` convolutions of the fixed training sample (``bench.judging
 the rules learn nothing, so a training workload judges them as well as a held-out one). Per
 task, in one measurement call (``collectors.judge``: checked, 3 x 3 runs, median): the blocked
 rules (``collectors.rules.rule_schedule``: its default plan, ``rules_blocked``, and each blocked
-plan of ``collectors.rules.PLANS`` forced, ``rules_<plan>``), the Roller-style tiles they replaced
+plan of ``collectors.blocking.PLANS`` forced, ``rules_<plan>``), the Roller-style tiles they replaced
 (``blocked=False``), the key's fastest corpus record when it has one (MetaSchedule's 64-trial
 search, re-measured), MetaSchedule@256 where ``bench.references`` has it cached (``ms_256``:
 never searched here) and PyTorch eager. ``--quality N``: the N heaviest tasks of the judging set
@@ -41,7 +41,8 @@ def main() -> None:
     from collectors.hardware import detect_hardware
     from collectors.judge import Method, judge
     from bench.references import cache_path, reference_search
-    from collectors.rules import PLANS, rule_schedule
+    from collectors.blocking import PLANS
+    from collectors.rules import rule_schedule
     from collectors.tir import schedule_of
     from storage import Corpus
     from bench.judging import CORPUS

@@ -89,7 +89,7 @@ def test_cuda_is_refused_with_a_pointer_to_dlight():
 def test_the_micro_kernel_fills_half_the_registers_with_power_of_two_vector_rows():
     """AVX2 (8 lanes, 16 registers): 2 rows x 4 vectors (4 x 2 ties; the wider wins); AVX-512
     (16 lanes, 32 registers): 4 x 4 vectors; a row of 7 (no whole vector) takes the whole row."""
-    from collectors.rules import micro_kernel
+    from collectors.blocking import micro_kernel
 
     assert micro_kernel(128, 768, 8, 16) == (2, 32)
     assert micro_kernel(128, 3072, 16, 32) == (4, 64)
@@ -100,7 +100,7 @@ def test_the_micro_kernel_fills_half_the_registers_with_power_of_two_vector_rows
 def test_block_axes_name_the_contiguous_and_the_reuse_axis():
     """A matmul's rows are i (B, the vector-loaded input, does not depend on it); a convolution's
     are its output channels (the input does not depend on them); NCHW's contiguous axis is W."""
-    from collectors.rules import block_axes
+    from collectors.blocking import block_axes
     from tests.helpers.workloads import conv_mod, matmul
 
     mm = block_axes(matmul(64, 96, 32), "C")
@@ -161,7 +161,7 @@ def test_the_sweep_splits_over_the_cores_the_loop_whose_chunks_read_least_again(
     128 x 3072 x 768 dense layer (B 9 MB) is split over its columns (1.2-1.7x the rows first on a
     Rocket Lake), a tall 3072 x 128 one over its rows."""
     from collectors.hardware import hardware_from_index
-    from collectors.rules import block_axes
+    from collectors.blocking import block_axes
     from tests.helpers.workloads import make_task, matmul
 
     hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
@@ -185,8 +185,38 @@ def test_a_reduction_with_no_small_divisor_takes_the_panel_plan():
     assert any(t[2] > 1 for t in even)
 
 
+def _row_max(rows: int, k: int):
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((rows, k), name="A")
+    r = te.reduce_axis((0, k), name="k")
+    return tvm.IRModule({"main": te.create_prim_func([a, te.compute((rows,), lambda i: te.max(a[i, r], axis=r),
+                                                                       name="B")])})
+
+
+def test_a_reduction_of_two_vectors_or_less_is_not_split_across_the_cores():
+    """A 3x3 max pool's reduction (9 elements) split by MetaSchedule's rfactor sketch ran 1.7-2.0x
+    slower than unsplit (Rocket Lake); a 250-element row max keeps the split sketch (every
+    longer reduction of the zoo, unsplit, ran 0.70x)."""
+    from collectors.hardware import hardware_from_index
+    from collectors.sketches import design_space
+    from collectors.tir import as_module
+    from tests.helpers.workloads import make_task
+
+    hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+
+    def rfactors(trace) -> bool:
+        return any(inst.kind.name == "RFactor" for inst in trace.insts)
+
+    for k, split in ((9, False), (250, True)):
+        mod = _row_max(50176 if k == 9 else 1500, k)
+        assert any(rfactors(sk.trace) for sk in design_space(as_module(mod), hw)), "the space offers the split"
+        assert rfactors(rule_schedule(make_task(mod, "row_max", "reduction"), hw).schedule.trace) == split
+
+
 def test_panel_fits_only_a_vector_panel_the_l1_holds():
-    from collectors.rules import panel_fits
+    from collectors.blocking import panel_fits
 
     assert panel_fits(64, 32, 32 * 1024)
     assert not panel_fits(768, 32, 32 * 1024)  # 96 KB
@@ -202,7 +232,7 @@ def test_an_unknown_blocked_plan_is_refused(cpu_hw):
 
 @pytest.mark.slow
 def test_every_blocked_plan_computes_the_right_answer(cpu_hw):
-    from collectors.rules import PLANS
+    from collectors.blocking import PLANS
     from collectors.tuner import measure_schedules
     from tests.helpers.workloads import batch_matmul, conv_mod, make_task
 

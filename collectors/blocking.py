@@ -1,0 +1,234 @@
+"""BLIS-style blocking of one block's loop nest for a CPU: the register micro-kernel, the cache
+blocks and the parallel outer loops, from the hardware alone (vector lanes and registers, the
+host's L1 and L2). The rule scheduler (:mod:`collectors.rules`) writes these factors into the
+task's own sketch; this module knows nothing of traces, only a block's axes and the hardware.
+
+The nest is MetaSchedule's CPU multi-level tiling, S0 S1 R0 S2 R1 S3 (spatial levels S, reduction
+levels R): S2 is swept once per step of the outer reduction R0, S1 and S0 once in all. Why each
+choice, and what it was measured against, is in the docstring of each function.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from collectors.hardware import Hardware, vector_registers
+
+#: Parallel chunks per core the outer spatial level aims for.
+CHUNKS_PER_CORE = 8
+#: Largest inner reduction factor (the L1 rule may choose less).
+INNER_REDUCTION = 8
+#: Used when the host's caches cannot be read (or the hardware is not this host).
+DEFAULT_L1_BYTES = 32 * 1024
+DEFAULT_L2_BYTES = 512 * 1024
+
+
+def _cache_bytes(hardware: Hardware, index: int, default: int) -> int:
+    path = f"/sys/devices/system/cpu/cpu0/cache/index{index}/size"
+    try:
+        if hardware.kind == "cpu" and os.path.exists(path):
+            text = open(path).read().strip().upper()
+            return int(text.rstrip("K")) * 1024 if text.endswith("K") else int(text)
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+def l1_bytes(hardware: Hardware) -> int:
+    """L1 data cache of the host (sysfs), or the default for a hardware that is not this host."""
+    return _cache_bytes(hardware, 0, DEFAULT_L1_BYTES)
+
+
+def l2_bytes(hardware: Hardware) -> int:
+    """L2 cache of the host (sysfs index2), or the default for a hardware that is not this host."""
+    return _cache_bytes(hardware, 2, DEFAULT_L2_BYTES)
+
+
+@dataclass(frozen=True)
+class BlockAxes:
+    """What the blocked (BLIS-style) plan needs of a block: its loops' extents and kinds in order,
+    which spatial loop is the output's contiguous axis, and which one reuses the vector loads."""
+
+    extents: tuple[int, ...]
+    reduce: tuple[bool, ...]
+    vector: int  # loop index of the output's stride-1 axis
+    rows: int | None  # loop index of the axis the vector-loaded input does not depend on (None: none)
+    #: per loop, the elements of the inputs that do not depend on it: what every parallel chunk of
+    #: a split of that loop reads again (a matmul's ``i``: all of B; its ``j``: all of A)
+    reread: tuple[int, ...] = ()
+
+
+def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
+    """The :class:`BlockAxes` of ``block_name`` in an unscheduled module (None: not a plain
+    loop nest over its iterators, or no contiguous output axis)."""
+    import tvm
+    from tvm.tirx.analysis import undefined_vars
+
+    from collectors.tir import as_module, block_realizes, contiguous_axis, is_reduction
+
+    func = next(iter(as_module(mod).functions.values()))
+    found = next((r for r, _ in block_realizes(func.body) if str(r.block.name_hint) == block_name), None)
+    if found is None:
+        return None
+    vec, loaded = contiguous_axis(found.block)
+    if vec is None:
+        return None
+    ivs = list(found.block.iter_vars)
+    used = set()  # what the inputs loaded as vectors depend on
+    for r in loaded:
+        for rng in r.region:
+            used |= set(undefined_vars(rng.min))
+    reduce = tuple(is_reduction(iv) for iv in ivs)
+    extents = tuple(int(iv.dom.extent) for iv in ivs)
+    rows = [i for i, iv in enumerate(ivs) if not reduce[i] and i != vec and iv.var not in used and extents[i] > 1]
+    write = found.block.writes[0].source
+    reread = [0] * len(ivs)
+    for r in found.block.reads:
+        if r.source.same_as(write):
+            continue
+        depends = set()
+        for rng in r.region:
+            depends |= set(undefined_vars(rng.min))
+        shape = [d for d in r.source.shape if isinstance(d, tvm.tirx.IntImm)]  # symbolic: not weighed
+        size = math.prod(int(d) for d in shape) if len(shape) == len(r.source.shape) else 0
+        for i, iv in enumerate(ivs):
+            if iv.var not in depends:
+                reread[i] += size
+    return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None, tuple(reread))
+
+
+def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
+                 partial_vectors: int = 2) -> tuple[int, int]:
+    """The register tile ``(MR, NR)`` of a BLIS-style micro-kernel: ``MR`` rows of ``nv = NR /
+    lanes`` vectors of accumulators. Measured on a Zen 3 (a 128x768x768 matmul, 20 tiles side by
+    side): ``nv`` a power of two (a 3-vector row ran 2-10x slower) and the accumulators within
+    half the register file (4x16 and 2x32 fastest, 6x16 and 8x16 1.3-1.5x slower: LLVM needs the
+    other half for the loaded vectors, broadcasts and addresses). Among those, the most FMAs per
+    value loaded (``MR * nv / (MR + nv)``), then the wider row. Both are divisors of their axes (a
+    perfect tiling); an axis with no multiple of the lanes among its divisors gets its largest
+    divisor up to ``partial_vectors`` vectors (the panel plan asks for one: :func:`_blocked_plan`)."""
+    cols = [d for d in divisors(cols_extent) if d % lanes == 0 and (d // lanes) in (1, 2, 4)] or [
+        largest_divisor(cols_extent, partial_vectors * lanes)]
+    best, best_key = (1, cols[0]), (-1.0, 0)
+    for nr in cols:
+        nv = -(-nr // lanes)
+        for mr in divisors(rows_extent):
+            if mr * nv > registers // 2:
+                continue
+            key = (mr * nv / (mr + nv), nr)
+            if key > best_key:
+                best, best_key = (mr, nr), key
+    return best
+
+
+#: The blocked plans (``rule_schedule(blocking=...)``; bench/studies/rules.py measures them side by side):
+#: "sweep" puts the L2 block in S2, "panel" puts S2 = 1 and the rows innermost of S1, "auto"
+#: (the default) takes the panel plan where it fits (:func:`panel_fits`), else the sweep.
+PLANS = ("auto", "sweep", "panel")
+
+
+def panel_fits(k_total: int, nr: int, l1: int) -> bool:
+    """Whether a block takes the panel plan: the micro-kernel writes vectors (``nr`` > 1) and the
+    B micro-panel of the whole reduction (K x nr floats) fits the L1, so every row of micro-tiles
+    reuses it from there. Measured on a Zen 3 (2026-12-05, the 20 quality tasks against
+    MS@256): the panel plan 1.4-1.8x the sweep on BERT's attention matmuls (K 64 and 128) and
+    MobileNetV2's 1x1 convolutions with a short reduction or a 7x7 image; 0.2-0.6x it on the
+    dense matmuls of K 768-3072, whose unpacked B panels no cache holds."""
+    return nr > 1 and 4 * k_total * nr <= l1
+
+
+def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, serial: bool = False,
+                  plan_kind: str = "auto") -> dict[int, list[int]]:
+    """Loop index -> tile factors (outer to inner) of the blocked plan (``plan_kind`` one of
+    :data:`PLANS`; the module docstring says what each level holds). The nest is MetaSchedule's
+    S0 S1 R0 S2 R1 S3: S2 is swept once per step of the outer reduction R0, S1 and S0 once in all.
+
+    * the inner reduction R1 at most :data:`INNER_REDUCTION` (B is not packed: its kc rows, a row
+      stride apart, often a multiple of 4 KB, share one L1 set; kc 64 ran 1.2-10x slower than
+      8-16 on the Zen 3, kc as deep as the rows' distinct L1 sets allow 0.88x kc <= 8);
+    * **panel**: a row that is not a whole number of vectors is one partial vector (8 x 7 on a
+      14-wide image, not 4 x 14: 1.3-1.9x faster on MobileNetV2's 14x14 convolutions);
+    * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial
+      loops into the parallel one), everything in S2.
+    """
+    lanes = max(1, hardware.vector_bits // 32)
+    regs = vector_registers(hardware)
+    rows_ext = axes.extents[axes.rows] if axes.rows is not None else 1
+    mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs)
+    k_total = math.prod(e for e, r in zip(axes.extents, axes.reduce) if r)
+    l1 = l1_bytes(hardware)
+    # a reduction with no divisor up to INNER_REDUCTION (ViT's 197 tokens) leaves the sweep one
+    # step deep (kc = 1): it re-sweeps its block K times; the panel plan ran 2.8x it (Rocket Lake)
+    unsplittable = all(largest_divisor(e, INNER_REDUCTION) == 1 for e, r in zip(axes.extents, axes.reduce) if r)
+    panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
+    if panel:  # a row that is not whole vectors: one partial vector, as many rows as registers allow
+        mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, partial_vectors=1)
+    inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
+    inner[axes.vector] = nr
+    if axes.rows is not None:
+        inner[axes.rows] = mr
+    plan: dict[int, list[int]] = {}
+    k_left = max(1, min(INNER_REDUCTION, l1 // 2 // (4 * (mr + nr))))
+    kc = 1
+    for i in reversed(range(len(axes.extents))):
+        if axes.reduce[i]:
+            k1 = largest_divisor(axes.extents[i], min(k_left, max_inner))
+            k_left = max(1, k_left // k1)
+            kc *= k1
+            plan[i] = [axes.extents[i] // k1, k1]
+    spatial = [i for i, r in enumerate(axes.reduce) if not r]
+    if serial:
+        for i in spatial:
+            rest = axes.extents[i] // inner[i]
+            plan[i] = [1, 1, rest, inner[i]]  # S0 and S1 would be fused into a parallel loop
+        return plan
+    l2 = l2_bytes(hardware)
+    chunks_wanted = hardware.cores * CHUNKS_PER_CORE
+    if panel:
+        chunks = 1
+        for i in spatial:
+            if i == axes.rows:
+                continue
+            rest = axes.extents[i] // inner[i]
+            t1 = largest_divisor(rest, max(1, l2 // 2 // (4 * k_total * nr))) if i == axes.vector else 1
+            plan[i] = [rest // t1, t1, 1, inner[i]]
+            chunks *= rest // t1
+        if axes.rows is not None:
+            rest = axes.extents[axes.rows] // mr
+            t0 = largest_divisor(rest, max(1, chunks_wanted // chunks))
+            plan[axes.rows] = [t0, rest // t0, 1, mr]
+        return plan
+    parallel_left = chunks_wanted
+    for i in _split_order(axes, spatial):
+        rest = axes.extents[i] // inner[i]
+        t0 = largest_divisor(rest, parallel_left)
+        parallel_left = max(1, parallel_left // t0)
+        rest //= t0
+        if i == axes.vector:  # columns of micro-tiles whose B panels (kc x nr each) share half the L2
+            t2 = largest_divisor(rest, max(1, l2 // 2 // (4 * kc * nr)))
+        elif i == axes.rows:  # rows of micro-tiles whose A panels (mr x kc each) share a quarter of it
+            t2 = largest_divisor(rest, max(1, l2 // 4 // (4 * kc * mr)))
+        else:
+            t2 = 1
+        plan[i] = [t0, rest // t2, t2, inner[i]]
+    return plan
+
+
+def _split_order(axes: BlockAxes, spatial: list[int]) -> list[int]:
+    """The order the sweep splits the spatial loops over the cores in: first those whose chunks
+    read the least again (:attr:`BlockAxes.reread`), ties outermost first. A matmul whose B is the
+    larger input (BERT's dense layers) is split over its columns: each core streams its own part
+    of B. 1.17-1.73x the rows first on BERT-base's dense matmuls (Rocket Lake, 2026-12-05)."""
+    if not axes.reread:
+        return list(spatial)
+    return sorted(spatial, key=lambda i: (axes.reread[i], spatial.index(i)))
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in divisors(n) if d <= max(1, at_most))
