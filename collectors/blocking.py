@@ -20,6 +20,14 @@ from collectors.hardware import Hardware, vector_registers
 CHUNKS_PER_CORE = 8
 #: Largest inner reduction factor (the L1 rule may choose less).
 INNER_REDUCTION = 8
+#: The sweep's micro-kernel of a matmul (one reduction loop) on a 32-register file (AVX-512): at
+#: least this many rows of at most two vectors (8 x 32 floats: 16 accumulators) with an inner
+#: reduction of 2 x INNER_REDUCTION, where the rows allow it. On a Rocket Lake (2026-12-05, runs
+#: side by side) BERT-base's dense matmuls ran 1.13-1.15x (geomean of three runs) the
+#: most-FMAs-per-load 4 x 64 at kc 8; 8 x 32 at kc 8 0.76-0.81x, 4 x 64 at kc 16 0.99-1.02x,
+#: 16 x 16 0.88-0.96x: the taller tile pays only with the deeper kc. Not for convolutions: ResNet-50's
+#: conv2d2 ran 0.68x so (5 other convolutions 0.8-1.2x).
+SWEEP_ROWS_32 = 8
 #: Used when the host's caches cannot be read (or the hardware is not this host).
 DEFAULT_L1_BYTES = 32 * 1024
 DEFAULT_L2_BYTES = 512 * 1024
@@ -100,7 +108,7 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
 
 
 def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
-                 partial_vectors: int = 2) -> tuple[int, int]:
+                 partial_vectors: int = 2, max_vectors: int = 4) -> tuple[int, int]:
     """The register tile ``(MR, NR)`` of a BLIS-style micro-kernel: ``MR`` rows of ``nv = NR /
     lanes`` vectors of accumulators. Measured on a Zen 3 (a 128x768x768 matmul, 20 tiles side by
     side): ``nv`` a power of two (a 3-vector row ran 2-10x slower) and the accumulators within
@@ -108,8 +116,10 @@ def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
     other half for the loaded vectors, broadcasts and addresses). Among those, the most FMAs per
     value loaded (``MR * nv / (MR + nv)``), then the wider row. Both are divisors of their axes (a
     perfect tiling); an axis with no multiple of the lanes among its divisors gets its largest
-    divisor up to ``partial_vectors`` vectors (the panel plan asks for one: :func:`_blocked_plan`)."""
-    cols = [d for d in divisors(cols_extent) if d % lanes == 0 and (d // lanes) in (1, 2, 4)] or [
+    divisor up to ``partial_vectors`` vectors (the panel plan asks for one: :func:`blocked_plan`);
+    rows of at most ``max_vectors`` vectors (AVX-512's sweep asks for two: :data:`SWEEP_ROWS_32`)."""
+    cols = [d for d in divisors(cols_extent) if d % lanes == 0 and (d // lanes) in (1, 2, 4)
+            and d // lanes <= max_vectors] or [
         largest_divisor(cols_extent, partial_vectors * lanes)]
     best, best_key = (1, cols[0]), (-1.0, 0)
     for nr in cols:
@@ -163,14 +173,19 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     # step deep (kc = 1): it re-sweeps its block K times; the panel plan ran 2.8x it (Rocket Lake)
     unsplittable = all(largest_divisor(e, INNER_REDUCTION) == 1 for e, r in zip(axes.extents, axes.reduce) if r)
     panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
+    inner_reduction = INNER_REDUCTION
     if panel:  # a row that is not whole vectors: one partial vector, as many rows as registers allow
         mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, partial_vectors=1)
+    elif regs >= 32 and sum(axes.reduce) == 1 and not serial:  # AVX-512's matmul sweep: taller, deeper kc
+        tall = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, max_vectors=2)
+        if tall[0] >= SWEEP_ROWS_32:
+            (mr, nr), inner_reduction = tall, 2 * INNER_REDUCTION
     inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
     inner[axes.vector] = nr
     if axes.rows is not None:
         inner[axes.rows] = mr
     plan: dict[int, list[int]] = {}
-    k_left = max(1, min(INNER_REDUCTION, l1 // 2 // (4 * (mr + nr))))
+    k_left = max(1, min(inner_reduction, l1 // 2 // (4 * (mr + nr))))
     kc = 1
     for i in reversed(range(len(axes.extents))):
         if axes.reduce[i]:
