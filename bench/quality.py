@@ -252,15 +252,27 @@ def whole_model(rows: list[dict], names: list[str]) -> dict:
     return out
 
 
-#: The issue's targets: (figure, method, against, at least / at most, bound).
+#: The issues' targets (issue 32's where it set one): (figure, method, against, at least / at
+#: most, bound). The rule baseline is the strong (blocked) one since issue 32: 1.2x it, not the
+#: 1.5x asked of the Roller-style tiles before.
 TARGETS = (
     ("TLM top-1, no measurement, vs MS@256", "top1", "ms_256", ">=", 0.85),
-    ("TLM top-1 vs the rule baseline", "top1", "rules", ">=", 1.5),
+    ("TLM top-1 vs the strong rules", "top1", "rules", ">=", 1.2),
     ("TLM best-of-10 measured vs MS@256", "best_of_10", "ms_256", ">=", 1.0),
     ("TLM best-of-32 measured vs MS@1000", "best_of_32", "ms_1000", ">=", 0.95),
-    ("model-seeded search @64 vs MS@256", "seeded_64", "ms_256", ">=", 1.05),
+    ("model-seeded search @64 vs MS@1000", "seeded_64", "ms_1000", ">=", 1.0),
     ("whole held-out models, TLM top-1 / MS@64 per task", "top1", "ms_64", "<=", 1.0),
 )
+#: Issue 32: at most this share of the served ranked pool's programs in a static failure mode.
+POOL_IN_A_MODE = 0.10
+
+
+def pool_target(health: dict) -> dict:
+    """Issue 32's pool-health target, from :func:`pool_health` (None: no ranked pool judged)."""
+    value = health.get("tlm_ranked_pool", {}).get("any")
+    return {"figure": "ranked pool programs in a static failure mode", "method": "tlm_ranked_pool",
+            "against": "-", "value": value, "target": f"<= {POOL_IN_A_MODE}",
+            "met": value is not None and value <= POOL_IN_A_MODE}
 
 
 def targets(rows: list[dict], agg: dict) -> list[dict]:
@@ -370,7 +382,8 @@ def report_md(res: dict) -> str:
                   f"{ranking['records']} records): Spearman {ranking['spearman_mean']:.2f}; its top-1 reaches "
                   f"{ranking['top1_geomean']:.2f} and its best of top-5 {ranking['top5_geomean']:.2f} of the best "
                   f"record's speed (a random pick: {ranking['random_geomean']:.2f}).", ""]
-    tgts = list(agg.get("targets", [])) + ([res["outside_zoo_set"]["target"]] if "outside_zoo_set" in res else [])
+    tgts = list(agg.get("targets", [])) + [pool_target(res.get("pool_health", {}))] + (
+        [res["outside_zoo_set"]["target"]] if "outside_zoo_set" in res else [])
     lines += ["| target | method | against | value | target | met |", "|---|---|---|---:|---:|---|"]
     for t in tgts:
         v = "-" if t["value"] is None else f"{t['value']:.2f}"

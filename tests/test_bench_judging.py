@@ -147,3 +147,14 @@ def test_coverage_subsets_are_nested_and_keep_the_test_split(tmp_path):
         assert info["train_workloads"] == len(kept[frac]) and info["rows"] == sum(r["split"] == "train" for r in rows)
     assert kept[0.5] < kept[1.0] or len(kept[1.0]) == 1
     assert kept[1.0] == {r["workload_key"] for r in full if r["split"] == "train"}
+
+
+def test_the_pool_health_target_reads_the_whole_ranked_pool():
+    """Issue 32: at most 10% of the served ranked pool's programs in a static failure mode; no
+    ranked pool judged, no figure (and not met)."""
+    from bench.quality import pool_target
+
+    assert pool_target({"tlm_ranked_pool": {"n": 640, "any": 0.05}})["met"]
+    assert not pool_target({"tlm_ranked_pool": {"n": 96, "any": 0.81}})["met"]
+    empty = pool_target({})
+    assert empty["value"] is None and not empty["met"]
