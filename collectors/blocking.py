@@ -34,9 +34,14 @@ DEFAULT_L2_BYTES = 512 * 1024
 
 
 def _cache_bytes(hardware: Hardware, index: int, default: int) -> int:
+    """The host's cache ``index`` from sysfs when ``hardware`` is this host's kind of CPU (the same
+    LLVM ``mcpu``); another key's rules (written here for a Zen 3, say) take ``default``."""
+    from collectors.hardware import host_cpu_target
+
     path = f"/sys/devices/system/cpu/cpu0/cache/index{index}/size"
     try:
-        if hardware.kind == "cpu" and os.path.exists(path):
+        if hardware.kind == "cpu" and hardware.target.get("mcpu") == host_cpu_target().get("mcpu") \
+                and os.path.exists(path):
             text = open(path).read().strip().upper()
             return int(text.rstrip("K")) * 1024 if text.endswith("K") else int(text)
     except (OSError, ValueError):

@@ -260,3 +260,15 @@ def test_every_blocked_plan_computes_the_right_answer(cpu_hw):
             measure_schedules(task, cpu_hw, [rule_schedule(task, cpu_hw, blocking=plan).schedule], tuner="rules",
                               on_records=recs.extend)
             assert recs[0].error is None and recs[0].latency_s > 0, (name, plan, recs[0].error)
+
+
+def test_the_cache_sizes_are_the_hosts_only_for_the_hosts_kind_of_cpu(cpu_hw):
+    """Rules written here for another key (a Zen 3's, on whatever CI runs) do not take this host's
+    L1 and L2: the blocking would then depend on the machine that wrote it."""
+    from collectors.blocking import DEFAULT_L1_BYTES, DEFAULT_L2_BYTES, l1_bytes, l2_bytes
+    from collectors.hardware import hardware_from_index
+
+    other = "znver3" if cpu_hw.target.get("mcpu") != "znver3" else "rocketlake"
+    hw = hardware_from_index(f"cpu-{other}-2c", {"kind": "llvm", "mcpu": other, "num-cores": 2})
+    assert (l1_bytes(hw), l2_bytes(hw)) == (DEFAULT_L1_BYTES, DEFAULT_L2_BYTES)
+    assert l1_bytes(cpu_hw) > 0 and l2_bytes(cpu_hw) >= l1_bytes(cpu_hw)
