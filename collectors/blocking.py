@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.hardware import Hardware, vector_registers
+from collectors.tir import vector_lanes
 
 #: Parallel chunks per core the outer spatial level aims for.
 CHUNKS_PER_CORE = 8
@@ -168,7 +169,7 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial
       loops into the parallel one), everything in S2.
     """
-    lanes = max(1, hardware.vector_bits // 32)
+    lanes = vector_lanes(hardware.vector_bits, "float32")
     regs = vector_registers(hardware)
     rows_ext = axes.extents[axes.rows] if axes.rows is not None else 1
     mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs)

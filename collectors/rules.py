@@ -58,7 +58,7 @@ from collectors.hardware import Hardware
 from collectors.sketches import design_space, refusing_postproc
 from collectors.tasks import Task
 from collectors.threads import task_parallel_target
-from collectors.tir import as_module
+from collectors.tir import as_module, vector_lanes
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
         raise ValueError(f"unknown blocked plan {blocking!r}; one of {', '.join(PLANS)}")
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
-    short = _longest_reduction(task) <= 2 * max(1, hardware.vector_bits // 32)
+    short = _longest_reduction(task) <= 2 * vector_lanes(hardware.vector_bits, "float32")
     order = sorted(range(len(sketches)), key=lambda i: (short and _rfactors(sketches[i].trace),
                                                          -_tiled_loops(sketches[i].trace),
                                                          not _fuses_consumer(sketches[i].trace), i))
@@ -141,7 +141,7 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     from tvm.s_tir.schedule import Schedule
 
     plan = _tile_roles(trace)
-    lanes = max(1, hardware.vector_bits // 32)
+    lanes = vector_lanes(hardware.vector_bits, "float32")
     l1 = l1_bytes(hardware)
     sch = Schedule(as_module(task.mod))
     chosen: dict[int, Any] = {}
