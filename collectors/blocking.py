@@ -114,7 +114,7 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
 
 
 def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
-                 partial_vectors: int = 2, max_vectors: int = 4) -> tuple[int, int]:
+                 max_vectors: int = 4) -> tuple[int, int]:
     """The register tile ``(MR, NR)`` of a BLIS-style micro-kernel: ``MR`` rows of ``nv = NR /
     lanes`` vectors of accumulators. Measured on a Zen 3 (a 128x768x768 matmul, 20 tiles side by
     side): ``nv`` a power of two (a 3-vector row ran 2-10x slower) and the accumulators within
@@ -122,11 +122,14 @@ def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
     other half for the loaded vectors, broadcasts and addresses). Among those, the most FMAs per
     value loaded (``MR * nv / (MR + nv)``), then the wider row. Both are divisors of their axes (a
     perfect tiling); an axis with no multiple of the lanes among its divisors gets its largest
-    divisor up to ``partial_vectors`` vectors (the panel plan asks for one: :func:`blocked_plan`);
-    rows of at most ``max_vectors`` vectors (AVX-512's sweep asks for two: :data:`SWEEP_ROWS_32`)."""
+    divisor up to one vector: one partial vector, never 1.75 of them (LLVM splits a 28-lane row
+    into 16 + 8 + 4: 8 x 7 on a 14-wide image ran 1.3-1.9x 4 x 14 on a Zen 3's MobileNetV2
+    convolutions; on a Rocket Lake 12 of 12 workloads so changed ran 1.0-8.4x, ResNet-50's 3x3
+    conv2d2 8.0 -> 0.95 ms, GPT-2's 50,257-wide vocabulary matmuls 6x with no vector rather than
+    29 lanes); rows of at most ``max_vectors`` vectors (AVX-512's sweep asks for two:
+    :data:`SWEEP_ROWS_32`)."""
     cols = [d for d in divisors(cols_extent) if d % lanes == 0 and (d // lanes) in (1, 2, 4)
-            and d // lanes <= max_vectors] or [
-        largest_divisor(cols_extent, partial_vectors * lanes)]
+            and d // lanes <= max_vectors] or [largest_divisor(cols_extent, lanes)]
     best, best_key = (1, cols[0]), (-1.0, 0)
     for nr in cols:
         nv = -(-nr // lanes)
@@ -164,8 +167,8 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     * the inner reduction R1 at most :data:`INNER_REDUCTION` (B is not packed: its kc rows, a row
       stride apart, often a multiple of 4 KB, share one L1 set; kc 64 ran 1.2-10x slower than
       8-16 on the Zen 3, kc as deep as the rows' distinct L1 sets allow 0.88x kc <= 8);
-    * **panel**: a row that is not a whole number of vectors is one partial vector (8 x 7 on a
-      14-wide image, not 4 x 14: 1.3-1.9x faster on MobileNetV2's 14x14 convolutions);
+    * a row that is not a whole number of vectors is one partial vector, in every plan
+      (:func:`micro_kernel`: 8 x 7 on a 14-wide image, not 4 x 14);
     * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial
       loops into the parallel one), everything in S2.
     """
@@ -180,9 +183,7 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     unsplittable = all(largest_divisor(e, INNER_REDUCTION) == 1 for e, r in zip(axes.extents, axes.reduce) if r)
     panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
     inner_reduction = INNER_REDUCTION
-    if panel:  # a row that is not whole vectors: one partial vector, as many rows as registers allow
-        mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, partial_vectors=1)
-    elif regs >= 32 and sum(axes.reduce) == 1 and not serial:  # AVX-512's matmul sweep: taller, deeper kc
+    if regs >= 32 and sum(axes.reduce) == 1 and not serial and not panel:  # AVX-512's matmul sweep: taller, deeper kc
         tall = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, max_vectors=2)
         if tall[0] >= SWEEP_ROWS_32:
             (mr, nr), inner_reduction = tall, 2 * INNER_REDUCTION

@@ -134,6 +134,26 @@ def _longest_reduction(task: Task) -> int:
                 for r, _ in block_realizes(func.body) if any(is_reduction(iv) for iv in r.block.iter_vars)), default=0)
 
 
+def rfactor_split(extent: int, max_inner: int) -> list[int]:
+    """The factors ``[K / f, f]`` of an rfactor sketch's K-long reduction: ``K / f`` steps of ``f``
+    partial results (a vector of them, kept in a buffer), then a second pass adds the ``f`` up.
+    Each pass is a chain of dependent steps (each step's partials are the last one's, through
+    memory), so ``f`` is the divisor nearest sqrt(K) (up to ``max_inner``; of two as near, the
+    larger: fewer, wider steps): the two chains about equal. Measured on a Rocket Lake (18 tasks
+    side by side, ``bench.studies.reductions``) against the largest divisor up to 8 of before:
+    EfficientNet-B0's global average pools 11.9x (3,136: f 56; 8 took 392 steps), 4.5-5x (784:
+    28), 1.23x (12,544: 64); Whisper's 250-long mask max
+    2.0x (25); a 196-long mean 1.03x (14); 128-long row maxes 1.05-1.18x (16); 4,096 0.98x,
+    512 0.90x (32)."""
+    from fractions import Fraction
+
+    def off(d: int) -> Fraction:  # how far d is from sqrt(K), as a ratio (exact: ties are real)
+        return Fraction(max(d * d, extent), min(d * d, extent))
+
+    f = min((d for d in divisors(extent) if d <= max_inner), key=lambda d: (off(d), -d))
+    return [extent // f, f]
+
+
 def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True,
                  serial: bool = False, blocking: str = "auto") -> tuple[Any, dict]:
     """Replay a sketch with every decision chosen by rule (``serial``: no parallel loop, the task
@@ -145,7 +165,8 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     l1 = l1_bytes(hardware)
     sch = Schedule(as_module(task.mod))
     chosen: dict[int, Any] = {}
-    state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial}
+    state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial,
+             "rfactor": _rfactors(trace)}
     planned = _blocked_plans(task, hardware, trace, plan, serial, blocking) if blocked else {}
     counter = [0]  # the provider is called for every instruction, in trace order
 
@@ -255,7 +276,9 @@ def _tiles(extent: int, n: int, max_inner: int, role: tuple, lanes: int, l1: int
         state["parallel_left"] = max(1, state["parallel_left"] // t0)
         t2 = largest_divisor(rest // t0, OUTER_BLOCK) if pos < count - 2 else 1
         return [t0, rest // (t0 * t2), t2, t3]
-    if n == 2:  # inner reduction (or rfactor) split: the L1 rule
+    if n == 2 and state.get("rfactor"):
+        return rfactor_split(extent, max_inner)
+    if n == 2:  # inner reduction split: the L1 rule
         budget = l1 // 2 // 4 // max(1, state["rows"] + state["cols"])
         k1 = largest_divisor(extent, min(max_inner, INNER_REDUCTION, max(1, budget)))
         return [extent // k1, k1]

@@ -156,6 +156,22 @@ def test_a_row_that_is_not_whole_vectors_is_one_partial_vector_in_the_panel_plan
     assert [t[3] for t in tiles] == [1, 8, 1, 7]  # n, output channels, image rows, image columns
 
 
+def test_a_row_that_is_not_whole_vectors_is_one_partial_vector_in_every_plan():
+    """A 56-wide image row on AVX-512 (16 lanes) has no multiple of the lanes among its divisors:
+    one partial vector of 14, not 28 (1.75 vectors, which LLVM splits into 16 + 8 + 4): ResNet-50's
+    3x3 conv2d2 ran 8.0 ms so and 0.95 ms with 16 x 14; GPT-2's 50,257-wide vocabulary matmuls
+    6x faster with no vector than with a ragged 29 (Rocket Lake, 2026-12-05, 12 workloads)."""
+    from collectors.blocking import micro_kernel
+    from collectors.hardware import hardware_from_index
+    from tests.helpers.workloads import conv_mod, make_task
+
+    assert micro_kernel(64, 56, 16, 32) == (16, 14)
+    assert micro_kernel(768, 50257, 16, 32)[1] == 1
+    hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+    tiles = _spatial_tiles(rule_schedule(make_task(conv_mod(64, 56, 64), "conv2d", "conv2d"), hw).decisions)
+    assert tiles[-1][3] == 14  # the image columns' register tile
+
+
 def test_the_sweep_splits_over_the_cores_the_loop_whose_chunks_read_least_again():
     """A split of a matmul's rows makes every chunk read all of B, of its columns all of A: BERT's
     128 x 3072 x 768 dense layer (B 9 MB) is split over its columns (1.2-1.7x the rows first on a
@@ -230,6 +246,22 @@ def test_a_reduction_of_two_vectors_or_less_is_not_split_across_the_cores():
         mod = _row_max(50176 if k == 9 else 1500, k)
         assert any(rfactors(sk.trace) for sk in design_space(as_module(mod), hw)), "the space offers the split"
         assert rfactors(rule_schedule(make_task(mod, "row_max", "reduction"), hw).schedule.trace) == split
+
+
+def test_an_rfactor_split_balances_its_two_passes():
+    """The rfactor split of a K-long reduction into K/f steps of f partial results, then f added
+    up: each pass is a chain of dependent steps, so f is the divisor nearest sqrt(K) (56 of a
+    56 x 56 image's 3,136: EfficientNet-B0's global average pools ran 11.8-11.9x the largest
+    divisor up to 8; Whisper's 250-long mask max 2.0x with 25; Rocket Lake, bench.studies.reductions)."""
+    from collectors.hardware import hardware_from_index
+    from tests.helpers.workloads import make_task
+
+    hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+    for k, f in ((3136, 56), (250, 25), (49, 7)):
+        sch = rule_schedule(make_task(_row_max(256, k), "row_max", "reduction"), hw)
+        assert any(inst.kind.name == "RFactor" for inst in sch.schedule.trace.insts)
+        splits = [d for d in sch.decisions.values() if isinstance(d, list) and len(d) == 2]
+        assert splits == [[k // f, f]], (k, splits)
 
 
 def test_panel_fits_only_a_vector_panel_the_l1_holds():
