@@ -139,12 +139,12 @@ def rfactor_split(extent: int, max_inner: int) -> list[int]:
     partial results (a vector of them, kept in a buffer), then a second pass adds the ``f`` up.
     Each pass is a chain of dependent steps (each step's partials are the last one's, through
     memory), so ``f`` is the divisor nearest sqrt(K) (up to ``max_inner``; of two as near, the
-    larger: fewer, wider steps): the two chains about equal. Measured on a Rocket Lake (18 tasks
-    side by side, ``bench.studies.reductions``) against the largest divisor up to 8 of before:
-    EfficientNet-B0's global average pools 11.9x (3,136: f 56; 8 took 392 steps), 4.5-5x (784:
-    28), 1.23x (12,544: 64); Whisper's 250-long mask max
-    2.0x (25); a 196-long mean 1.03x (14); 128-long row maxes 1.05-1.18x (16); 4,096 0.98x,
-    512 0.90x (32)."""
+    larger: fewer, wider steps): the two chains about equal. Measured on a Rocket Lake against the
+    largest divisor up to 8 of before, every divisor side by side (``bench.studies.reductions``,
+    27 tasks): 1.87x geomean over the 22 single-split tasks it changes: EfficientNet-B0's global
+    average pools 11.3-11.8x (3,136: f 56, where 8 took 392 steps), 8.6-9.5x (1,600), 4.7-4.9x
+    (784), Whisper's 250-long mask max 2.0x (25); the 400- and 512-long means 0.74-0.91x; BERT's
+    and GPT-2's layer norms (two splits of 768: 32) 2.3-3.6x."""
     from fractions import Fraction
 
     def off(d: int) -> Fraction:  # how far d is from sqrt(K), as a ratio (exact: ties are real)
