@@ -276,7 +276,7 @@ def _tiles(extent: int, n: int, max_inner: int, role: tuple, lanes: int, l1: int
         state["parallel_left"] = max(1, state["parallel_left"] // t0)
         t2 = largest_divisor(rest // t0, OUTER_BLOCK) if pos < count - 2 else 1
         return [t0, rest // (t0 * t2), t2, t3]
-    if n == 2 and state.get("rfactor"):
+    if n == 2 and state["rfactor"]:
         return rfactor_split(extent, max_inner)
     if n == 2:  # inner reduction split: the L1 rule
         budget = l1 // 2 // 4 // max(1, state["rows"] + state["cols"])

@@ -26,7 +26,7 @@ import os
 import time
 from typing import Any
 
-from bench._common import RESULTS, geomean, machine, refuse_beside_measuring
+from bench._common import RESULTS, machine, refuse_beside_measuring
 
 
 def rfactor_variants(task: Any, hardware: Any) -> dict[str, Any]:
@@ -100,18 +100,16 @@ def main() -> None:
 
     hw = detect_hardware("cpu")
     out = args.out or os.path.join(RESULTS, f"reductions-{hw.key.removeprefix('cpu-')}.json")
-    with Corpus.open(CORPUS) as corpus:
-        rows = corpus.workloads()
-    tasks = []
-    for row in rows:
-        try:
-            tasks.append(task_from_index(row))
-        except ValueError:
-            continue
-    tasks += [t for t in outside_zoo_tasks(hw) if t.op_kind in ("reduction", "softmax", "norm")]
     res_rows = []
     t0 = time.time()
     with Corpus.open(CORPUS) as corpus:
+        tasks = []
+        for row in corpus.workloads():
+            try:
+                tasks.append(task_from_index(row))
+            except ValueError:
+                continue
+        tasks += [t for t in outside_zoo_tasks(hw) if t.op_kind in ("reduction", "softmax", "norm")]
         for t in tasks:
             variants = rfactor_variants(t, hw)
             if not variants:
@@ -135,16 +133,6 @@ def main() -> None:
     with open(out, "w") as fh:
         json.dump(res, fh, indent=2)
     print(f"{len(res_rows)} tasks -> {out}")
-
-
-def speed(rows: list[dict], pick: Any, baseline: str = "rules") -> float | None:
-    """Geomean of ``baseline`` / the latency ``pick(row)`` names, over the rows that have both."""
-    vals = []
-    for r in rows:
-        name = pick(r)
-        if name in r["latency_s"] and baseline in r["latency_s"]:
-            vals.append(r["latency_s"][baseline] / r["latency_s"][name])
-    return geomean(vals)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 
 from collectors.cost_model import CostModel, CostModelConfig, evaluate
 from collectors.tir import schedule_of
-from tests.helpers.corpora import measured_corpus, small_tasks
+from tests.helpers.corpora import fixed_cpu, measured_corpus, small_tasks
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +117,9 @@ def test_cli_mistakes_are_one_line_and_exit_2(trained, tmp_path, capsys, argv, m
 @pytest.fixture(scope="module")
 def two_keys(tmp_path_factory, znver4_hw):
     """The Zen 4 records (matmul and softmax) and a Zen 3 slice holding only the softmax's."""
-    from collectors.hardware import hardware_from_index
-
     tasks = small_tasks()
     corpus = measured_corpus(tmp_path_factory.mktemp("cm2") / "corpus", tasks, znver4_hw)
-    zen3 = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}, "test CPU")
+    zen3 = fixed_cpu("znver3")
     corpus.register_hardware(zen3.key, target=zen3.target, description="test CPU")
     rows = corpus.scan({"hardware_key": znver4_hw.key, "workload_key": tasks["softmax"].workload_key}).to_pylist()
     cols = ("workload_key", "task_name", "sketch_id", "trace_json", "decisions_json", "latency_s", "error",

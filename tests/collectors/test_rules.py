@@ -113,10 +113,10 @@ def test_a_tiny_task_gets_no_parallel_loop_and_a_large_one_does():
     """A parallel region costs more than the whole of a tiny task (``collectors.threads``): the
     rules write an 8x64x32 matmul (and one with a fused relu) serial, a 256^3 one over the cores."""
     from collectors.failure_modes import loop_shape
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import make_task, matmul, matmul_relu_mod
 
-    hw = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    hw = fixed_cpu("znver3")
     for mod in (matmul(8, 64, 32), matmul_relu_mod(8, 32, 32)):
         sch = rule_schedule(make_task(mod, "tiny", "matmul"), hw).schedule
         assert loop_shape(sch.mod, hw).parallel == 1
@@ -134,10 +134,10 @@ def test_an_attention_matmul_keeps_each_micro_tile_over_the_whole_reduction():
     L1, so the panel plan: nothing in S2 (swept once per outer reduction step: the old plan swept
     a whole 128 x 128 head there, 0.56-0.70x MS@256 on a Zen 3, against 0.96-1.10x now) and the
     rows of micro-tiles in S1; a dense matmul of K 768, whose panel no L1 holds, keeps the sweep."""
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import batch_matmul, make_task, matmul
 
-    hw = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    hw = fixed_cpu("znver3")
     bmm = _spatial_tiles(rule_schedule(make_task(batch_matmul(12, 128, 128, 64), "bmm", "matmul"), hw).decisions)
     assert len(bmm) == 3 and all(t[2] == 1 for t in bmm)
     assert bmm[1][1] * bmm[1][0] == 128 // bmm[1][3] and bmm[1][1] > 1  # the rows: S1, innermost
@@ -148,10 +148,10 @@ def test_an_attention_matmul_keeps_each_micro_tile_over_the_whole_reduction():
 def test_a_row_that_is_not_whole_vectors_is_one_partial_vector_in_the_panel_plan():
     """A 14-wide image row on AVX2 (8 lanes): 8 output channels x 7 lanes, not 4 x 14 (1.75
     vectors: 1.3-1.9x slower on MobileNetV2's 14x14 convolutions in the panel plan)."""
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import conv_mod, make_task
 
-    hw = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    hw = fixed_cpu("znver3")
     tiles = _spatial_tiles(rule_schedule(make_task(conv_mod(8, 14, 16), "conv2d", "conv2d"), hw).decisions)
     assert [t[3] for t in tiles] == [1, 8, 1, 7]  # n, output channels, image rows, image columns
 
@@ -162,12 +162,12 @@ def test_a_row_that_is_not_whole_vectors_is_one_partial_vector_in_every_plan():
     3x3 conv2d2 ran 8.0 ms so and 0.95 ms with 16 x 14; GPT-2's 50,257-wide vocabulary matmuls
     6x faster with no vector than with a ragged 29 (Rocket Lake, 2026-12-05, 12 workloads)."""
     from collectors.blocking import micro_kernel
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import conv_mod, make_task
 
     assert micro_kernel(64, 56, 16, 32) == (16, 14)
     assert micro_kernel(768, 50257, 16, 32)[1] == 1
-    hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+    hw = fixed_cpu("rocketlake")
     tiles = _spatial_tiles(rule_schedule(make_task(conv_mod(64, 56, 64), "conv2d", "conv2d"), hw).decisions)
     assert tiles[-1][3] == 14  # the image columns' register tile
 
@@ -176,11 +176,11 @@ def test_the_sweep_splits_over_the_cores_the_loop_whose_chunks_read_least_again(
     """A split of a matmul's rows makes every chunk read all of B, of its columns all of A: BERT's
     128 x 3072 x 768 dense layer (B 9 MB) is split over its columns (1.2-1.7x the rows first on a
     Rocket Lake), a tall 3072 x 128 one over its rows."""
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from collectors.blocking import block_axes
     from tests.helpers.workloads import make_task, matmul
 
-    hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+    hw = fixed_cpu("rocketlake")
     assert block_axes(matmul(128, 3072, 768), "C").reread == (768 * 3072, 128 * 768, 0)
     wide = _spatial_tiles(rule_schedule(make_task(matmul(128, 3072, 768), "wide", "matmul"), hw).decisions)
     assert wide[0][0] == 1 and wide[1][0] > 1
@@ -191,27 +191,27 @@ def test_the_sweep_splits_over_the_cores_the_loop_whose_chunks_read_least_again(
 def test_an_avx512_matmul_sweep_takes_eight_rows_of_two_vectors_and_a_deeper_inner_reduction():
     """On 32 vector registers BERT's dense matmuls ran 1.13-1.15x with 8 x 32 accumulators and kc
     16 than with the 4 x 64 the FMAs-per-load rule picks at kc 8 (which AVX2's 16 registers keep)."""
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import make_task, matmul
 
-    def tiles(key: str, mcpu: str) -> list[list[int]]:
-        hw = hardware_from_index(key, {"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+    def tiles(mcpu: str) -> list[list[int]]:
+        hw = fixed_cpu(mcpu)
         decisions = rule_schedule(make_task(matmul(128, 3072, 768), "dense", "matmul"), hw).decisions
         return [d for d in decisions.values() if isinstance(d, list) and len(d) in (2, 4)]
 
-    i, j, k = tiles("cpu-rocketlake-2c", "rocketlake")
+    i, j, k = tiles("rocketlake")
     assert (i[3], j[3], k[1]) == (8, 32, 16)
-    i, j, k = tiles("cpu-znver3-2c", "znver3")
+    i, j, k = tiles("znver3")
     assert k[1] <= 8 and i[3] * j[3] // 8 <= 8  # AVX2: half of 16 registers, kc at most 8
 
 
 def test_a_reduction_with_no_small_divisor_takes_the_panel_plan():
     """ViT's attention-times-values (K = 197 tokens, prime) would leave the sweep one reduction
     step deep, re-sweeping its block 197 times (19% of peak on a Rocket Lake; the panel 54%)."""
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import batch_matmul, make_task
 
-    hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+    hw = fixed_cpu("rocketlake")
     prime = _spatial_tiles(rule_schedule(make_task(batch_matmul(12, 64, 64, 1031), "bmm", "matmul"), hw).decisions)
     assert all(t[2] == 1 for t in prime)
     even = _spatial_tiles(rule_schedule(make_task(batch_matmul(12, 64, 64, 1024), "bmm", "matmul"), hw).decisions)
@@ -232,12 +232,12 @@ def test_a_reduction_of_two_vectors_or_less_is_not_split_across_the_cores():
     """A 3x3 max pool's reduction (9 elements) split by MetaSchedule's rfactor sketch ran 1.7-2.0x
     slower than unsplit (Rocket Lake); a 250-element row max keeps the split sketch (every
     longer reduction of the zoo, unsplit, ran 0.70x)."""
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from collectors.sketches import design_space
     from collectors.tir import as_module
     from tests.helpers.workloads import make_task
 
-    hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+    hw = fixed_cpu("rocketlake")
 
     def rfactors(trace) -> bool:
         return any(inst.kind.name == "RFactor" for inst in trace.insts)
@@ -253,10 +253,10 @@ def test_an_rfactor_split_balances_its_two_passes():
     up: each pass is a chain of dependent steps, so f is the divisor nearest sqrt(K) (56 of a
     56 x 56 image's 3,136: EfficientNet-B0's global average pools ran 11.8-11.9x the largest
     divisor up to 8; Whisper's 250-long mask max 2.0x with 25; Rocket Lake, bench.studies.reductions)."""
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import make_task
 
-    hw = hardware_from_index("cpu-rocketlake-2c", {"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+    hw = fixed_cpu("rocketlake")
     for k, f in ((3136, 56), (250, 25), (49, 7)):
         sch = rule_schedule(make_task(_row_max(256, k), "row_max", "reduction"), hw)
         assert any(inst.kind.name == "RFactor" for inst in sch.schedule.trace.insts)
@@ -298,9 +298,9 @@ def test_the_cache_sizes_are_the_hosts_only_for_the_hosts_kind_of_cpu(cpu_hw):
     """Rules written here for another key (a Zen 3's, on whatever CI runs) do not take this host's
     L1 and L2: the blocking would then depend on the machine that wrote it."""
     from collectors.blocking import DEFAULT_L1_BYTES, DEFAULT_L2_BYTES, l1_bytes, l2_bytes
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
 
     other = "znver3" if cpu_hw.target.get("mcpu") != "znver3" else "rocketlake"
-    hw = hardware_from_index(f"cpu-{other}-2c", {"kind": "llvm", "mcpu": other, "num-cores": 2})
+    hw = fixed_cpu(other)
     assert (l1_bytes(hw), l2_bytes(hw)) == (DEFAULT_L1_BYTES, DEFAULT_L2_BYTES)
     assert l1_bytes(cpu_hw) > 0 and l2_bytes(cpu_hw) >= l1_bytes(cpu_hw)

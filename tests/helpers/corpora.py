@@ -36,11 +36,17 @@ def small_tasks() -> dict:
             "softmax": make_task(softmax_mod(), "fused_softmax", "reduction")}
 
 
-def znver4() -> object:
-    """The fixed 2-core Zen 4 of :data:`MEASURED_RECORDS` (encode, decode, lower only)."""
+def fixed_cpu(mcpu: str) -> object:
+    """A fixed 2-core CPU of LLVM's ``mcpu`` (key ``cpu-<mcpu>-2c``), whatever CPU runs the tests:
+    for encoding, decoding, lowering and the rules' decisions only, never for running its code."""
     from collectors.hardware import hardware_from_index
 
-    return hardware_from_index("cpu-znver4-2c", {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, "test CPU")
+    return hardware_from_index(f"cpu-{mcpu}-2c", {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}, "test CPU")
+
+
+def znver4() -> object:
+    """The fixed 2-core Zen 4 of :data:`MEASURED_RECORDS` (encode, decode, lower only)."""
+    return fixed_cpu("znver4")
 
 
 def sentence_sets(tmp_root, *, per_sketch: int = 4, top_k: int = 4, language: int = 1):

@@ -116,10 +116,10 @@ def test_schedules_are_healthy_unless_the_request_opts_out(lm):
     Written for a fixed AVX2 key whatever CPU runs the test (on an AVX-512 host the four unhealthy
     candidates happened to be clean)."""
     from collectors.failure_modes import modes_of_schedule
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from collectors.tir import schedule_of
 
-    cpu_hw = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    cpu_hw = fixed_cpu("znver3")
     model, tok = lm
     text = matmul_tvmscript(256, 256, 256)
     ruled_out = {"no_simd", "short_vector", "ragged_vector", "register_spill"}

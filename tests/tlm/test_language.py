@@ -185,10 +185,10 @@ def test_version_2_prompt_shows_which_iterators_index_each_dimension():
     """An NN and an NT matmul of one shape read the same in version 1; version 2 says B's contiguous
     (last) dimension is walked by j (iterator 1) in one and by k (iterator 2) in the other. Encoded
     for a fixed AVX2 key, whatever CPU runs the test (it failed on an AVX-512 host: "lanes 16")."""
-    from collectors.hardware import hardware_from_index
+    from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import make_task, matmul
 
-    cpu_hw = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    cpu_hw = fixed_cpu("znver3")
     nn = make_task(matmul(64, 48, 32), "matmul", "matmul")
     nt = make_task(matmul(64, 48, 32, transpose_b=True), "matmul", "matmul")
     v1 = [_prompt(t, cpu_hw, language=1) for t in (nn, nt)]

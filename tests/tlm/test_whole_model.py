@@ -2,7 +2,7 @@
 TVM's default lowering without asking the model, and why."""
 from __future__ import annotations
 
-from collectors.hardware import hardware_from_index
+from tests.helpers.corpora import fixed_cpu
 from tests.helpers.workloads import make_task, matmul, relu
 from tlm.service.whole_model import Proposal, schedule_tasks
 
@@ -12,7 +12,7 @@ def test_a_tiny_untiled_task_keeps_the_default_lowering_and_says_why():
     parallelized by MetaSchedule's postproc: the default (serial) lowering is kept and the model
     is not asked. A 4M-element relu and a tiny matmul (whose tiles healthy decoding writes
     serial) are asked."""
-    hw = hardware_from_index("cpu-znver3-2c", {"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    hw = fixed_cpu("znver3")
     tasks = [make_task(relu(256), "relu_tiny", "elementwise"), make_task(relu(1 << 22), "relu_big", "elementwise"),
              make_task(matmul(8, 64, 32), "matmul_tiny", "matmul")]
     asked = []
