@@ -39,7 +39,7 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
     from tlm.language import encode
     from tlm.model.network import load_model
     from tlm.service.catalog import ranker_for
-    from tlm.service.generator import generate
+    from tlm.service.generator import generate, ranked_pool
 
     loaded = {os.path.basename(os.path.normpath(d)): (load_model(d)[:2], ranker_for(d, hardware.key)[0])
               for d in model_dirs}
@@ -58,7 +58,8 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
             c = g.candidates[0]
             is_teacher[name] = c.sketch_id == teacher.sketch_id and tuple(c.decisions) == tuple(teacher.decisions)
             for T, how in ranked.items() if ranker is not None else ():
-                gr = generate(t, hardware, model, tok, k=1, ranker=ranker, healthy=healthy, temperature=T)
+                # the whole pool (its first is the served top-1): a ranked answer of one samples none
+                gr = ranked_pool(t, hardware, model, tok, ranker, healthy=healthy, temperature=T)
                 methods[f"{name}:{how}"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s)
                 pools[f"{name}:{how}"] = gr.pool  # distinct programs the cost model ranked
         row = _judged(t, hardware, methods)

@@ -72,6 +72,28 @@ def test_a_ranked_pool_serves_the_rules_program_first_and_the_cost_models_order_
     assert [c.text for c in plain.candidates if c.origin != "rules"] == [c.text for c in g.candidates[1:]]
 
 
+def test_a_ranked_answer_of_one_is_the_rules_program_without_sampling_a_pool(lm, ranker, tasks, cpu_hw, monkeypatch):
+    """With the rules' program served first, a ranked k == 1 is that program whatever the pool
+    holds: it is answered without decoding the pool (MobileNetV2's 75 ranked tasks spent 24 of
+    41 s decoding and 9 s proving pools whose first candidate was always the rules'), and it is
+    the same program, scored and predicted, as the first of the whole ranked pool."""
+    from tlm.service import generator
+
+    model, tok = lm
+    whole = generate(tasks["matmul"], cpu_hw, model, tok, k=64, ranker=ranker, pool=4)
+    calls = []
+    monkeypatch.setattr(generator, "decode_prompts", lambda *a, **k: calls.append(a) or [])
+    one = generate(tasks["matmul"], cpu_hw, model, tok, k=1, ranker=ranker, pool=4)
+    assert calls == [] and one.pool == 1 and len(one.candidates) == 1
+    first, top = one.candidates[0], whole.candidates[0]
+    assert (first.origin, first.text) == ("rules", top.text)
+    assert first.predicted == pytest.approx(top.predicted) and first.score == pytest.approx(top.score, abs=1e-4)
+    # where the rules write nothing, or the rules are not served first, the pool is decoded as before
+    monkeypatch.undo()
+    plain = generate(tasks["matmul"], cpu_hw, model, tok, k=1, ranker=ranker, pool=4, rules_first=False)
+    assert plain.pool > 1
+
+
 def test_ranked_generation_is_deterministic(lm, ranker, tasks, cpu_hw):
     model, tok = lm
     first = generate(tasks["softmax"], cpu_hw, model, tok, k=1, ranker=ranker, pool=4).candidates[0].text
@@ -120,8 +142,10 @@ def test_a_request_names_its_pool(lm, ranker, tasks, cpu_hw):
     from tlm.service.api import ScheduleRequest, schedule
 
     model, tok = lm
-    req = ScheduleRequest(tvmscript=tasks["matmul"].tvmscript, hardware=cpu_hw.key, pool=3)
+    req = ScheduleRequest(tvmscript=tasks["matmul"].tvmscript, hardware=cpu_hw.key, pool=3, k=2)
     r = schedule(req, tasks["matmul"], cpu_hw, model, tok, "tiny-random", ranker=ranker)
     assert 3 <= r.pool <= 3 + 2 * r.sketches  # the samples, each sketch's greedy program, the rules'
+    one = schedule(req.model_copy(update={"k": 1}), tasks["matmul"], cpu_hw, model, tok, "tiny-random", ranker=ranker)
+    assert one.pool == 1 and one.candidates[0].origin == "rules"  # the rules' program alone: nothing sampled
     with pytest.raises(ValueError):
         ScheduleRequest(tvmscript="x", hardware=cpu_hw.key, pool=0)

@@ -73,8 +73,9 @@ def weighted_pools(tasks: Sequence[Task]) -> dict[str, int]:
 def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str, ranker: Any = None,
                  pools: dict[str, int] | None = None) -> Source:
     """Candidates from a model loaded in this process (ranked by ``ranker``, its cost model, if
-    given, over each task's pool in ``pools``, by workload key: :func:`weighted_pools`). A
-    ranked pool is kept whole, so :func:`spend_budget` asking a task again for more candidates
+    given, over each task's pool in ``pools``, by workload key: :func:`weighted_pools`). A first
+    ask for one candidate is the generator's ranked answer of one (the rules' program, no pool
+    decoded, where the rules write one); a ranked pool, once asked for more, is kept whole, so :func:`spend_budget` asking a task again for more candidates
     decodes nothing (it re-decoded the pool every batch: 152 of a 222 s compile at budget 64)."""
     from collectors.tir import trace_json
     from tlm.service.generator import MAX_K, RANK_POOL, generate
@@ -86,6 +87,9 @@ def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str, 
         if ranker is None:
             g = generate(task, hardware, model, tokenizer, k=k, pool=pool)
             return Proposal([trace_json(c.schedule.trace) for c in g.candidates], model_id, g.generate_s + g.check_s)
+        if k == 1 and task.workload_key not in ranked:  # the rules' program where they write one: no pool decoded
+            g = generate(task, hardware, model, tokenizer, k=1, ranker=ranker, pool=pool)
+            return Proposal([trace_json(g.candidates[0].schedule.trace)], model_id, g.generate_s + g.check_s)
         cost = 0.0  # asked again (spend_budget): nothing to decode
         if task.workload_key not in ranked:  # a ranked pool is decoded, proven and ranked whole whatever k is
             g = generate(task, hardware, model, tokenizer, k=MAX_K, ranker=ranker, pool=pool)
