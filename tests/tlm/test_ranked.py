@@ -149,3 +149,20 @@ def test_a_request_names_its_pool(lm, ranker, tasks, cpu_hw):
     assert one.pool == 1 and one.candidates[0].origin == "rules"  # the rules' program alone: nothing sampled
     with pytest.raises(ValueError):
         ScheduleRequest(tvmscript="x", hardware=cpu_hw.key, pool=0)
+
+
+def test_a_whole_models_source_answers_one_without_a_pool_and_more_from_the_whole_pool(lm, ranker, tasks, cpu_hw,
+                                                                                       monkeypatch):
+    """``local_source`` (tlm compile): asked for one candidate it serves the rules' program and
+    decodes no pool; asked for more (a measured budget), the whole ranked pool, the same program first."""
+    from tlm.service import generator
+    from tlm.service.whole_model import local_source
+
+    model, tok = lm
+    decoded, decode = [], generator.decode_prompts
+    monkeypatch.setattr(generator, "decode_prompts", lambda *a, **k: decoded.append(1) or decode(*a, **k))
+    source = local_source(cpu_hw, model, tok, "tiny", ranker, {tasks["matmul"].workload_key: 4})
+    one = source(tasks["matmul"], 1)
+    assert len(one.traces) == 1 and decoded == []
+    more = source(tasks["matmul"], 4)
+    assert len(more.traces) == 4 and more.traces[0] == one.traces[0] and decoded  # the pool, decoded now
