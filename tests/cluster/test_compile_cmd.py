@@ -61,6 +61,23 @@ def test_compile_a_zoo_model_matches_pytorch(tiny_dir, capsys):
 
 
 @pytest.mark.slow
+def test_a_build_that_differs_from_pytorch_is_never_shipped(tiny_dir, tmp_path, monkeypatch, capsys):
+    """A served build whose output differs from PyTorch's ships TVM's untuned build instead, and
+    says why (it shipped whenever it was faster: four served convolutions of MobileNetV2 with its
+    batch norms folded wrote 112 of 113 padded rows, collectors.sketches.unwritten_output)."""
+    import collectors.compile as compile_mod
+
+    (tmp_path / "user_net.py").write_text(USER_MODEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(compile_mod, "check_against_torch", lambda *a, **k: (0.25, False))
+    rc = main(["compile", "--module", "user_net:make", "--tlm-model", tiny_dir, "--out", str(tmp_path / "net.so"),
+               "--no-torch-compile", "--json"])
+    report = _report(capsys)
+    assert rc == 1 and not report["correct"] and report["shipped"] == "untuned"  # exit status says it
+    assert "differs from PyTorch" in report["shipped_why"] and (tmp_path / "net.so").stat().st_size > 0
+
+
+@pytest.mark.slow
 def test_compile_a_users_module_with_measured_top_k_appends_to_the_corpus(tiny_dir, tmp_path, monkeypatch, capsys):
     from storage import Corpus
 

@@ -113,3 +113,33 @@ def test_cuda_hardware_identity_from_device_facts():
     assert cuda_hardware_of("NVIDIA GeForce RTX 4090", "8.9", 128).key == "cuda-sm_89-geforce_rtx_4090"
     with pytest.raises(ValueError, match="'nine'"):
         cuda_hardware_of("X", "nine", 1)
+
+
+def test_a_sketch_that_leaves_output_unwritten_is_refused_and_the_rules_pick_another(cpu_hw):
+    """A convolution whose consumer pads its output one wider (what folding MobileNetV2's batch
+    norms fuses): the sketches that compute the pad at the convolution's tile (TVM's
+    reverse_compute_at) replay and pass every postprocessor yet write 112 of 113 rows and columns.
+    They are refused (``UnwrittenOutput``), so the rules' program is one that measures correct."""
+    import torch
+    from tvm.s_tir.schedule import Schedule
+
+    from collectors.rules import rule_schedule
+    from collectors.sketches import refusing_postproc, unwritten_output
+    from collectors.tasks import extract_tasks, import_relax
+    from collectors.tuner import measure_schedules
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(4, 16, 1), torch.nn.ReLU6(), torch.nn.ZeroPad2d((0, 1, 0, 1))).eval()
+    args = (torch.randn(1, 4, 16, 16),)
+    mod = import_relax(module, args)
+    task = next(t for t in extract_tasks((module, args), cpu_hw, model_name="m", relax_mod=mod) if t.op_kind == "conv2d")
+    verdicts = []
+    for sketch in design_space(task.mod, cpu_hw):
+        sch = Schedule(task.mod)
+        sketch.trace.apply_to_schedule(sch, remove_postproc=True)
+        verdicts.append((unwritten_output(sch.mod), refusing_postproc(sch, task, cpu_hw)))
+    assert any(why and "4096 times for the 4624 elements" in why and refused == "UnwrittenOutput" for why, refused in verdicts), verdicts
+    assert any(refused is None for _, refused in verdicts)  # a sketch that computes the pad on its own
+    records = []
+    measure_schedules(task, cpu_hw, [rule_schedule(task, cpu_hw).schedule], tuner="test", on_records=records.extend)
+    assert records[0].latency_s is not None and records[0].error is None

@@ -145,3 +145,26 @@ def test_an_informative_name_keeps_its_kind_and_the_program_speaks_for_the_rest(
     """The zoo's names keep their kinds (the op kind is a prompt word the shipped models read)."""
     assert op_kind_of("fused_batch_norm2_add_relu2", _topi("elementwise")) == "norm"
     assert op_kind_of("add_relu", _topi("softmax")) == "softmax"
+
+
+def test_folding_batch_norm_removes_its_task_and_keeps_the_answer(cpu_hw):
+    """``import_relax(..., fold_batch_norm=True)`` (``tlm compile``'s default): a convolution's
+    inference batch norm (running statistics far from 0 and 1) is folded into it, so no task
+    computes it, and the build still equals PyTorch."""
+    import torch
+
+    torch.manual_seed(0)
+    conv, bn = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2), bn.weight.uniform_(0.5, 2)
+        bn.bias.uniform_(-1, 1)
+    module = torch.nn.Sequential(conv, bn, torch.nn.ReLU6()).eval()
+    args = (torch.randn(1, 3, 16, 16),)
+    with torch.no_grad():
+        expected = module(*args).numpy()
+    kinds = {}
+    for fold in (False, True):
+        mod = import_relax(module, args, fold_batch_norm=fold)
+        kinds[fold] = sorted(t.op_kind for t in extract_tasks((module, args), cpu_hw, model_name="m", relax_mod=mod))
+        np.testing.assert_allclose(compile_and_run(mod, args), expected, rtol=1e-4, atol=1e-5)
+    assert "norm" in kinds[False] and kinds[True] == ["conv2d"]
