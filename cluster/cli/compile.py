@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-batch-norm", action="store_true",
                    help="keep each batch norm a task of its own, the graph as the corpus measured it (default: "
                         "folded into the convolution before it, as torch.compile does; a CNN's folded tasks are new "
-                        "workloads to the corpus)")
+                        "workloads to the corpus; --corpus-best keeps them too)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run_compile)
 
@@ -116,7 +116,9 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     module, example, name = _user_model(args)
-    relax_mod = import_relax(module, example, fold_batch_norm=not args.keep_batch_norm)
+    # --corpus-best builds with the corpus's records, measured on the graph as collected: kept unfolded
+    fold = not (args.keep_batch_norm or args.corpus_best)
+    relax_mod = import_relax(module, example, fold_batch_norm=fold)
     tasks = extract_tasks((module, example), hw, model_name=name, relax_mod=relax_mod)
     times["extract_s"] = time.perf_counter() - t0
     console.print(f"{name}: {len(tasks)} tasks on {hw.key}")
@@ -149,7 +151,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "model_fallback": getattr(args, "model_fallback", None),
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
-        "batch_norm_folded": not args.keep_batch_norm,
+        "batch_norm_folded": fold,
         "budget": args.budget, "time_budget_s": args.time_budget, "measurements": getattr(args, "measurements", 0),
         "from_corpus": sum(1 for c in chosen if c.source == "corpus"),
         "default_lowering": [{"task": c.task.task_name, "why": c.error} for c in chosen if c.trace is None],

@@ -75,6 +75,7 @@ def test_a_build_that_differs_from_pytorch_is_never_shipped(tiny_dir, tmp_path, 
     report = _report(capsys)
     assert rc == 1 and not report["correct"] and report["shipped"] == "untuned"  # exit status says it
     assert "differs from PyTorch" in report["shipped_why"] and (tmp_path / "net.so").stat().st_size > 0
+    assert report["batch_norm_folded"]  # tlm compile's default graph (--keep-batch-norm, --corpus-best: as collected)
 
 
 @pytest.mark.slow
