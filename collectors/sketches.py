@@ -144,27 +144,30 @@ def refusing_postproc(sch: Any, task: "Task", hardware: "Hardware") -> str | Non
 
 def unwritten_output(mod: Any) -> str | None:
     """The block (and its buffer) whose loops run fewer times than the output buffer (a parameter
-    of the function) it alone writes has elements, or None. Such a program replays and passes every postprocessor, and leaves part of
-    its output unwritten: TVM's ``reverse_compute_at`` of a consumer larger than its producer's
-    tile (a 112 -> 113 pad fused into a convolution) computes only the producer's 112 x 112. Four
-    of full-size MobileNetV2's 52 tasks with its batch norms folded (``fused_conv2d*_add*_clip*_pad*``)
-    were served so, wrong by up to 17% (measured)."""
+    of the function) it alone writes has elements, or None. Such a program replays and passes
+    every postprocessor, and leaves part of its output unwritten: TVM's ``reverse_compute_at`` of
+    a consumer larger than its producer's tile (a 112 -> 113 pad fused into a convolution)
+    computes only the producer's 112 x 112. Four of full-size MobileNetV2's 52 tasks with its
+    batch norms folded (``fused_conv2d*_add*_clip*_pad*``) were served so, wrong by up to 17%
+    (measured). An intermediate is not checked: it may be written only where it is read (a max
+    pool's padded input)."""
     import math
     from collections import Counter
 
     from collectors.tir import block_realizes
 
     func = next(iter(as_module(mod).functions.values()))
-    outputs = {getattr(p, "name", None) for p in func.params}  # an intermediate may be written only where read
+    def known(xs: Any) -> bool:
+        return all(isinstance(getattr(x, "value", None), int) for x in xs)
+
+    outputs = {getattr(p, "name", None) for p in func.params}
     realizes = list(block_realizes(func.body))
     writers = Counter(region.source.name for r, _ in realizes for region in r.block.writes)
     for realize, loops in realizes:
         for region in realize.block.writes:
             buf = region.source
-            if buf.name not in outputs or writers[buf.name] != 1 \
-                    or not all(isinstance(getattr(d, "value", None), int) for d in buf.shape):
-                continue
-            if not all(isinstance(getattr(lp.extent, "value", None), int) for lp in loops):
+            if buf.name not in outputs or writers[buf.name] != 1 or not known(buf.shape) \
+                    or not known(lp.extent for lp in loops):
                 continue
             runs, size = math.prod(int(lp.extent) for lp in loops), math.prod(int(d) for d in buf.shape)
             if runs < size:

@@ -75,8 +75,9 @@ def local_source(hardware: Hardware, model: Any, tokenizer: Any, model_id: str, 
     """Candidates from a model loaded in this process (ranked by ``ranker``, its cost model, if
     given, over each task's pool in ``pools``, by workload key: :func:`weighted_pools`). A first
     ask for one candidate is the generator's ranked answer of one (the rules' program, no pool
-    decoded, where the rules write one); a ranked pool, once asked for more, is kept whole, so :func:`spend_budget` asking a task again for more candidates
-    decodes nothing (it re-decoded the pool every batch: 152 of a 222 s compile at budget 64)."""
+    decoded, where the rules write one); a ranked pool, once asked for more, is kept whole, so
+    :func:`spend_budget` asking a task again for more candidates decodes nothing (it re-decoded
+    the pool every batch: 152 of a 222 s compile at budget 64)."""
     from collectors.tir import trace_json
     from tlm.service.generator import MAX_K, RANK_POOL, generate
 
