@@ -26,3 +26,48 @@ def test_a_tiny_untiled_task_keeps_the_default_lowering_and_says_why():
     tiny = out["relu_tiny"]
     assert tiny.source == "default" and tiny.trace is None and tiny.error.startswith("tiny:")
     assert out["relu_big"].source == out["matmul_tiny"].source == "model"
+
+
+def test_a_budget_measures_the_answer_it_would_replace(cpu_hw):
+    """The answer at budget 0 (here the rules' program; the shipped models answer one with it)
+    is not the ranked pool's rank 0, so ``spend_budget``'s first batch measures it beside TVM's
+    default and the pool's first rank, and keeps whichever ran fastest: before, the pool's
+    fastest replaced it unmeasured and MobileNetV2 at budget 64 ran slower than at 0. A trace
+    the pool proposes again later is not measured twice."""
+    import json
+
+    from collectors.rules import rule_schedule
+    from collectors.tir import trace_json
+    from tlm.service.whole_model import spend_budget
+
+    task = make_task(matmul(64, 64, 64), "matmul", "matmul")
+    rules = trace_json(rule_schedule(task, cpu_hw).schedule.trace)
+    others = [trace_json(rule_schedule(task, cpu_hw, **kw).schedule.trace)
+              for kw in ({"blocked": False}, {"blocking": "sweep"}, {"blocking": "panel"})]
+    a, b = [t for i, t in enumerate(others) if t != rules and t not in others[:i]][:2]
+    pooled = []
+
+    def source(t, k):  # as local_source: one first asked for is the rules' program, then the ranked pool
+        if k == 1 and not pooled:
+            return Proposal([rules], "test-model", 0.0)
+        pooled.append(k)
+        return Proposal([a, b, rules][:k], "test-model", 0.0)
+
+    def measured_traces(budget):
+        pooled.clear()
+        [ts] = schedule_tasks([task], cpu_hw, source)
+        assert ts.trace == rules and ts.latency_s is None
+        records: list = []
+        spent = spend_budget([ts], cpu_hw, source, budget=budget, batch=3, on_records=records.extend)
+        assert spent == len(records)
+        return ts, records, [json.loads(r.trace_json) for r in records if r.tuner != "tvm-default"]
+
+    _, _, first = measured_traces(3)  # TVM's default, the answer it would replace, the pool's first
+    assert first == [rules, a]
+    ts, records, traces = measured_traces(6)  # then the pool's next ranks, the rules' program not again
+    assert traces == [rules, a, b] and len(records) == 4
+    measured = {json.dumps(json.loads(r.trace_json)): r.latency_s for r in records if r.latency_s is not None}
+    assert ts.latency_s == min(measured.values())
+    assert ts.source == ("default" if ts.trace is None else "model")
+    if ts.trace is not None:
+        assert measured[json.dumps(ts.trace)] == ts.latency_s
