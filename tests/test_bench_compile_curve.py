@@ -26,3 +26,13 @@ def test_a_served_build_that_never_reaches_metaschedule_saves_no_time():
     t = targets([_p("served", 0, 30, 3.0), _p("metaschedule", 64, 400, 1.8)])
     assert t["compile_time_saved_to_reach_it"] is None and "at_budget" not in t
     assert t["served_unmeasured_over_untuned"] is None
+
+
+def test_a_second_compile_is_read_against_the_first_budgets_result():
+    """The largest budget with a correct second compile gives the figure; a wrong one does not."""
+    first = _p("served", 64, 90, 2.0) | {"again": {"latency_ms": 2.1, "compile_s": 9, "from_corpus": 8, "correct": True}}
+    later = _p("served", 256, 300, 1.6) | {"again": {"latency_ms": 1.0, "correct": False}}
+    t = targets([_p("served", 0, 30, 3.0), first, later])
+    assert t["again_budget"] == 64 and abs(t["again_over_first"] - 1.05) < 1e-9
+    md = markdown({"machine": {"cpu": "x", "hardware_key": "k"}, "models": {"m": {"points": [first], "targets": t}}})
+    assert "| a second compile at budget 0 after one at 64 / the first's result | 1.05x | as fast (1.0x) |" in md
