@@ -16,6 +16,9 @@ the compile time split into extraction, generation, measurement and build.
 ``--module pkg.mod:factory`` compiles your own model: ``factory()`` returns ``(module,
 example_args)``. ``--out`` writes the compiled library (``Executable.export_library``).
 With ``--corpus``, the measured candidates of ``--top-k`` are appended (the closed loop).
+``--budget N`` / ``--time-budget S`` measure where the whole model gains most
+(``tlm.service.whole_model.spend_budget``): each task's ranked candidates, then, for a model
+loaded here, the model-seeded search from what was measured.
 """
 from __future__ import annotations
 
@@ -53,8 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-torch-compile", action="store_true", help="skip timing torch.compile (slow to compile)")
     p.add_argument("--budget", type=int, default=0, metavar="N",
                    help="measure up to N candidates in all, one batch at a time where the whole model gains most "
-                        "(the task with the most expected time left); the records land in --corpus, so the next "
-                        "compile starts from them; Ctrl-C keeps what was measured")
+                        "(the task with the most expected time left): the model's ranked candidates first, then "
+                        "the model-seeded search once a task's are measured; the records land in --corpus, so the "
+                        "next compile starts from them; Ctrl-C keeps what was measured")
     p.add_argument("--time-budget", type=float, default=0.0, metavar="S",
                    help="measure for up to S seconds (alone, or with --budget: whichever ends first), where the "
                         "whole model gains most; a batch starts only while time is left")
@@ -209,7 +213,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
 
         corpus = Corpus.open(root, index_url=index_url(args))
     try:
-        source, model_id = _source(args, hw, corpus, tasks, console)
+        source, model_id, improve = _source(args, hw, corpus, tasks, console)
         on_records = corpus.append if corpus is not None and (args.top_k > 1 or _anytime(args)) else None
         if on_records is not None:
             from collectors.tasks import register_tasks
@@ -241,7 +245,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any, root
 
             try:
                 spend_budget(chosen, hw, source, args.budget or None, seconds=args.time_budget or None,
-                             on_records=on_records, progress=step)
+                             on_records=on_records, progress=step, improve=improve)
             except KeyboardInterrupt:
                 console.print("interrupted: the measurements made are kept in the corpus; building with them")
     finally:
@@ -307,19 +311,21 @@ def _hardware(args: argparse.Namespace, root: str | None) -> Any:
     return hw
 
 
-def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list, console: Any) -> tuple[Any, str]:
-    """The schedule source the options ask for and the model id it names (or the endpoint); a
-    model loaded here ranks each task's pool sized by the task's weight in the model. Without
-    ``--tlm-model``, the model the server would pick (``catalog.serving_model``): on a key with no
-    model of its own, the nearest one, said (``args.model_fallback``)."""
+def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list, console: Any) -> tuple[Any, str, Any]:
+    """The schedule source the options ask for, the model id it names (or the endpoint), and
+    the search a budget goes on with once a task's ranked pool is measured (a model loaded here
+    only: the model-seeded search with its cost model). A model loaded here ranks each task's
+    pool sized by the task's weight in the model. Without ``--tlm-model``, the model the server
+    would pick (``catalog.serving_model``): on a key with no model of its own, the nearest one,
+    said (``args.model_fallback``)."""
     from tlm.service.catalog import ranker_for, resolve_model, serving_model
     from tlm.model.network import load_model
-    from tlm.service.whole_model import endpoint_source, local_source, weighted_pools
+    from tlm.service.whole_model import endpoint_source, local_source, search_improver, weighted_pools
 
     if args.endpoint:
         return (endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN"), rank=not args.no_rank,
                                 pools=weighted_pools(tasks)),
-                f"endpoint {args.endpoint}")
+                f"endpoint {args.endpoint}", None)
     if args.tlm_model:
         entry = resolve_model(args.tlm_model, corpus)
     else:  # as the server answers: the key's own model, else the nearest one (a fallback, said)
@@ -330,7 +336,8 @@ def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list, console
             console.print(f"[yellow]{serving.why}[/yellow]")
     model, tokenizer, _ = load_model(entry.path)
     ranker = None if args.no_rank else ranker_for(entry.path, hw.key)[0]
-    return local_source(hw, model, tokenizer, entry.model_id, ranker, weighted_pools(tasks)), entry.model_id
+    return (local_source(hw, model, tokenizer, entry.model_id, ranker, weighted_pools(tasks)), entry.model_id,
+            search_improver(hw, ranker, entry.model_id))
 
 
 class _bar:

@@ -71,3 +71,33 @@ def test_a_budget_measures_the_answer_it_would_replace(cpu_hw):
     assert ts.source == ("default" if ts.trace is None else "model")
     if ts.trace is not None:
         assert measured[json.dumps(ts.trace)] == ts.latency_s
+
+
+def test_once_the_ranked_pool_is_measured_the_model_seeded_search_goes_on_from_it(cpu_hw):
+    """A pool of one program (the rules') is measured in the first batch; the rest of the budget
+    goes to MetaSchedule's evolutionary search started from the task's measured records (tuner
+    ``tlm-seeded:<model>``), and the task keeps whatever ran fastest."""
+    from collectors.rules import rule_schedule
+    from collectors.tir import trace_json
+    from tlm.service.whole_model import search_improver, spend_budget
+
+    task = make_task(matmul(64, 64, 64), "matmul", "matmul")
+    rules = trace_json(rule_schedule(task, cpu_hw).schedule.trace)
+    search = search_improver(cpu_hw, None, "test-model")
+    seeds = []
+
+    def improve(t, trials, records, on_records):
+        seeds.append([r.tuner for r in records])
+        return search(t, trials, records, on_records)
+
+    [ts] = schedule_tasks([task], cpu_hw, lambda t, k: Proposal([rules], "test-model", 0.0))
+    records: list = []
+    spent = spend_budget([ts], cpu_hw, lambda t, k: Proposal([rules], "test-model", 0.0), budget=6,
+                         on_records=records.extend, improve=improve)
+    assert spent == len(records) == 6
+    assert [r.tuner for r in records[:2]] == ["tvm-default", "tlm:test-model"]
+    assert seeds == [["tlm:test-model"]]  # the rules' record (the default is no program of the space)
+    assert {r.tuner for r in records[2:]} == {"tlm-seeded:test-model"}
+    fastest = min((r for r in records if r.latency_s is not None), key=lambda r: r.latency_s)
+    assert ts.latency_s == fastest.latency_s
+    assert ts.source == {"tvm-default": "default", "tlm:test-model": "model"}.get(fastest.tuner, "search")

@@ -52,7 +52,7 @@ def seeded_search(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ra
     """``trials`` measurements of ``task``: the model's ``seeds`` best-ranked candidates, then
     MetaSchedule's evolutionary search seeded with them and searching with a copy of ``ranker``
     (a :class:`collectors.cost_model.CostModel`; the caller's copy is never changed)."""
-    from collectors.tuner import TuneConfig, measure_schedules, tune_task
+    from collectors.tuner import TuneConfig, measure_schedules
     from tlm.service.generator import MAX_K, generate
 
     if trials < 1:
@@ -77,26 +77,54 @@ def seeded_search(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ra
     out.seeds = len(out.records)
     left = trials - out.seeds
     if left > 0:
-        xgb = ranker.search_model()
-        _learn(xgb, task, hardware, schedules, out.records)  # one record per schedule, in order
-        tune_task(task, hardware, TuneConfig(trials=left, strategy="evolutionary", seed=seed, tuner=tuner,
-                                             trials_per_iter=min(trials_per_iter, left)),
-                  on_records=keep, run_id=run_id, cost_model=xgb, seed_records=list(out.records))
+        search_more(task, hardware, list(out.records), left, ranker=ranker, tuner=tuner, seed=seed,
+                    trials_per_iter=trials_per_iter, run_id=run_id, on_records=keep)
     out.search_s = time.perf_counter() - t1
     ok = [r for r in out.records if r.latency_s is not None]
     out.best = min(ok, key=lambda r: r.latency_s) if ok else None
     return out
 
 
-def _learn(xgb: Any, task: Task, hardware: Hardware, schedules: list, records: list) -> None:
-    """Feed the seeds' measurements (``records``, one per schedule, in order) to the search's cost
-    model (MetaSchedule's ``update``)."""
+def search_more(task: Task, hardware: Hardware, records: list, trials: int, *, ranker: Any = None, tuner: str,
+                seed: int = 0, trials_per_iter: int = 16, run_id: str = "",
+                on_records: Callable[[list], None] | None = None) -> list:
+    """``trials`` more measurements of ``task`` by MetaSchedule's evolutionary search, started from
+    ``records`` (measured records of the task, the model's candidates say: the search's database
+    holds them, its first population's measured part is drawn from them, it never measures them
+    again) and searching with ``ranker``'s search model taught those records (None: MetaSchedule's
+    own XGBoost, fresh); the new records. The second phase of a seeded search, and what a
+    compile's budget spends on a task once the model's ranked pool is measured
+    (``tlm.service.whole_model.spend_budget``)."""
+    from collectors.tuner import TuneConfig, tune_task
+
+    seeds = [r for r in records if r.sketch_id >= 0]  # TVM's default lowering is no program of the space
+    got: list = []
+
+    def keep(batch: list) -> None:
+        got.extend(batch)
+        if on_records is not None:
+            on_records(batch)
+
+    xgb = ranker.search_model() if ranker is not None else None
+    if xgb is not None:
+        _learn(xgb, task, hardware, seeds)
+    tune_task(task, hardware, TuneConfig(trials=trials, strategy="evolutionary", seed=seed, tuner=tuner,
+                                         trials_per_iter=min(trials_per_iter, trials)),
+              on_records=keep, run_id=run_id, cost_model=xgb, seed_records=seeds)
+    return got
+
+
+def _learn(xgb: Any, task: Task, hardware: Hardware, records: list) -> None:
+    """Feed measured ``records`` of ``task`` to the search's cost model (MetaSchedule's ``update``)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from collectors.tir import schedule_of
 
     if not records:
         return
     ctx = ms.TuneContext(mod=task.mod, target=hardware.tvm_target(), num_threads=max(1, hardware.cores))
+    schedules = [schedule_of(task.mod, r.trace_json) for r in records]
     cands = [ms.MeasureCandidate(s, ArgInfo.from_prim_func(s.mod["main"])) for s in schedules]
     results = [ms.runner.RunnerResult(run_secs=list(r.run_secs) if r.latency_s is not None else None,
                                       error_msg=r.error) for r in records]

@@ -43,7 +43,8 @@ class TaskSchedule:
     generate_s: float = 0.0
     measure_s: float = 0.0
     error: str | None = None  # why the task keeps the default lowering
-    source: str = "model"  # "corpus": the key's fastest measured record; "model": the source's; "default": TVM's
+    source: str = "model"  # "corpus": the key's fastest measured record; "model": the source's; "default": TVM's;
+    # "search": found by the search a budget runs once the model's ranked pool is measured
     default_s: float | None = None  # TVM's default lowering of the task, measured (spend_budget's first batch)
 
 
@@ -158,12 +159,12 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
         else:
             ts.candidates, ts.generate_s, ts.trace = len(choice.traces), choice.generate_s, choice.traces[0]
             if top_k > 1:
-                best, n = _measure(ts, hardware, choice.traces, tuner_name(choice.model_id), on_records)
+                best, records = _measure(ts, hardware, choice.traces, tuner_name(choice.model_id), on_records)
                 if best is not None:
                     ts.latency_s, ts.rank = best
                     ts.trace = choice.traces[ts.rank]
                 else:
-                    ts.error = f"none of {n} candidates ran correctly; the top-1 is kept unmeasured"
+                    ts.error = f"none of {len(records)} candidates ran correctly; the top-1 is kept unmeasured"
         out.append(ts)
         if progress is not None:
             progress(ts)
@@ -172,12 +173,33 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
 
 #: candidates measured per step of an anytime budget (one task at a time)
 BUDGET_BATCH = 4
+#: trials per step of the search that goes on once a task's ranked pool is measured (an
+#: evolutionary generation costs seconds of cost-model work whatever it measures)
+SEARCH_BATCH = 16
+
+#: ``improve(task, trials, the task's measured records, on_records) -> the new records``
+Improver = Callable[[Task, int, list, "Callable[[list], None] | None"], list]
+
+
+def search_improver(hardware: Hardware, ranker: Any, model_id: str) -> Improver:
+    """The model-seeded search as a budget's second phase: MetaSchedule's evolutionary search
+    from the task's measured records (the model's candidates and TVM's default), with the key's
+    cost model (``ranker``; None: MetaSchedule's own, fresh), its records under
+    ``tlm-seeded:<model id>`` like ``tlm collect --strategy tlm-seeded``'s."""
+    from tlm.service.seeded import search_more, seeded_tuner_name
+
+    def improve(task: Task, trials: int, records: list, on_records: Callable[[list], None] | None) -> list:
+        return search_more(task, hardware, records, trials, ranker=ranker, tuner=seeded_tuner_name(model_id),
+                           seed=len(records), on_records=on_records)
+
+    return improve
 
 
 def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Source, budget: int | None, *,
                  seconds: float | None = None, batch: int = BUDGET_BATCH,
                  on_records: Callable[[list], None] | None = None,
-                 progress: Callable[[TaskSchedule, int], None] | None = None) -> int:
+                 progress: Callable[[TaskSchedule, int], None] | None = None,
+                 improve: Improver | None = None) -> int:
     """Spend up to ``budget`` measurements (None: no count) and up to ``seconds`` of wall time
     (None: no limit; a batch starts only while time is left, so the last one may end past it)
     where the whole model gains most, in place on ``schedules`` (:func:`schedule_tasks`'s answer
@@ -194,8 +216,11 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
     why) -- on tiny tasks the serial default wins, a parallel region's start costs more than the
     work -- and the task's answer at budget 0 where the pool's first ranks do not hold it, so a
     budget only ever replaces it with a program measured faster; no trace is measured twice.
-    Every batch's records go to ``on_records`` at once, so Ctrl-C (KeyboardInterrupt, passed
-    on) keeps every measurement made."""
+    Once a task's ranked pool is measured (``MAX_K`` candidates, or all it had), ``improve``
+    (:func:`search_improver`: the model-seeded search) goes on from the task's measured
+    records, :data:`SEARCH_BATCH` trials a step; without it the task is done. Every batch's
+    records go to ``on_records`` at once, so Ctrl-C (KeyboardInterrupt, passed on) keeps every
+    measurement made."""
     from tlm.service.api import ApiError
     from tlm.service.generator import MAX_K, tuner_name
 
@@ -206,6 +231,8 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
     seen: dict[int, set[str]] = {id(ts): set() for ts in live}  # traces measured per task (as JSON)
     started = {id(ts): False for ts in live}
     damp = {id(ts): 1.0 for ts in live}
+    mine: dict[int, list] = {id(ts): [] for ts in live}  # the records measured per task (the search's seeds)
+    done: set[int] = set()  # tasks with nothing left to try
     spent, end = 0, None if seconds is None else time.monotonic() + seconds
     while (budget is None or spent < budget) and (end is None or time.monotonic() < end):
         measured = [ts for ts in live if ts.latency_s]
@@ -216,11 +243,29 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
             lat = ts.latency_s if ts.latency_s else (ts.task.flops or 1.0) * per_flop
             return max(1, ts.task.weight) * lat * damp[id(ts)]
 
-        open_ = [ts for ts in live if asked[id(ts)] < MAX_K]
+        open_ = [ts for ts in live if id(ts) not in done and (asked[id(ts)] < MAX_K or improve is not None)]
         if not open_:
             break
         ts = max(open_, key=expected)
         lo = asked[id(ts)]
+        if lo >= MAX_K:  # the pool is measured: the search goes on from what was
+            room = SEARCH_BATCH if budget is None else min(SEARCH_BATCH, budget - spent)
+            records = improve(ts.task, room, list(mine[id(ts)]), on_records)
+            mine[id(ts)] += records
+            spent += len(records)
+            ok = [r for r in records if r.latency_s is not None]
+            best = min(ok, key=lambda r: r.latency_s) if ok else None
+            if not records:
+                done.add(id(ts))
+            if best is not None and best.latency_s < (ts.latency_s or float("inf")):
+                ts.latency_s, ts.trace, ts.rank = best.latency_s, json.loads(best.trace_json), -1
+                ts.source, ts.error = "search", None
+            else:
+                damp[id(ts)] /= 2
+            ts.candidates += len(records)
+            if progress is not None:
+                progress(ts, spent)
+            continue
         room = batch if budget is None else min(batch, budget - spent)
         first = not started[id(ts)]
         started[id(ts)] = True
@@ -248,9 +293,10 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
         seen[id(ts)].update(json.dumps(t) for _, t in todo)
         if not todo:
             continue
-        best, n = _measure(ts, hardware, [t for _, t in todo], tuner_name(choice.model_id), on_records)
+        best, records = _measure(ts, hardware, [t for _, t in todo], tuner_name(choice.model_id), on_records)
+        mine[id(ts)] += records
         ts.generate_s += choice.generate_s
-        spent += n
+        spent += len(records)
         if best is not None and (ts.latency_s is None or best[0] < ts.latency_s):
             ts.latency_s, (ts.rank, ts.trace) = best[0], todo[best[1]]
             ts.source, ts.error = "model", None
@@ -283,15 +329,15 @@ def _measure_default(ts: TaskSchedule, hardware: Hardware, on_records: Callable[
 
 
 def _measure(ts: TaskSchedule, hardware: Hardware, traces: list[list], tuner: str,
-             on_records: Callable[[list], None] | None) -> tuple[tuple[float, int] | None, int]:
+             on_records: Callable[[list], None] | None) -> tuple[tuple[float, int] | None, list]:
     """Build, run and check ``traces`` of ``ts``'s task as a search's candidates (``tuner``:
-    ``tlm:<model id>``): ``((latency, index in traces) of the fastest correct one or None, measured)``."""
+    ``tlm:<model id>``): ``((latency, index in traces) of the fastest correct one or None, records)``."""
     from collectors.tir import schedule_of
 
     schedules = [schedule_of(ts.task.mod, t, checked=True) for t in traces]
     records = _timed(ts, hardware, schedules, tuner, on_records)
     ok = [(r.latency_s, i) for i, r in enumerate(records) if r.latency_s is not None]
-    return (min(ok) if ok else None), len(records)
+    return (min(ok) if ok else None), records
 
 
 def _timed(ts: TaskSchedule, hardware: Hardware, schedules: list, tuner: str,
