@@ -138,6 +138,9 @@ def _child(method: str, model: str, budget: int, small: bool, tlm_model: str | N
         "max_abs_err": report["max_abs_err"], "model_id": report["model_id"],
         "model_fallback": report.get("model_fallback"), "from_corpus": report["from_corpus"],
         "untuned_ms_same_run": report["latency"]["untuned_s"] * 1e3, "shipped": report["shipped"],
+        # a budget's build timed beside the schedules it replaced; the faster is built (budget_built)
+        "unmeasured_ms_same_run": (report["latency"].get("unmeasured_s") or 0) * 1e3 or None,
+        "budget_built": report.get("budget_built"),
         "split_s": {k: times[k] for k in ("extract_s", "generate_s", "measure_s", "build_s")},
         # what the budget bought, task by task: the measured ones and those that kept TVM's default lowering
         "tasks_measured": [{"task": t["task"], "weight": t["weight"], "source": t["source"],

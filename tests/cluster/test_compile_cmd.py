@@ -124,6 +124,9 @@ def test_an_anytime_budget_measures_where_the_model_gains_most_and_the_next_comp
     assert main([*base, "--budget", "6"]) == 0
     report = _report(capsys)
     assert report["correct"] and 0 < report["measurements"] <= 6 and report["budget"] == 6
+    if report["budget_built"] is not None:  # the budget changed a schedule: timed beside those before it
+        lat = report["latency"]
+        assert lat["tlm_s"] <= lat["unmeasured_s"] and (report["budget_built"] or lat["budget_s"] > lat["tlm_s"])
     defaults = [t for t in report["per_task"] if t["default_s"] is not None]
     with Corpus.open(str(tmp_path / "c")) as corpus:  # every measurement stored, TVM's default lowering too
         stored = corpus.scan(columns=["tuner"]).column("tuner").to_pylist()
