@@ -141,6 +141,8 @@ def _child(method: str, model: str, budget: int, small: bool, tlm_model: str | N
         # a budget's build timed beside the schedules it replaced; the faster is built (budget_built)
         "unmeasured_ms_same_run": (report["latency"].get("unmeasured_s") or 0) * 1e3 or None,
         "budget_built": report.get("budget_built"),
+        "budget_ms_same_run": (report["latency"].get("budget_s") or (report["latency"]["tlm_s"] if report.get(
+            "budget_built") else 0)) * 1e3 or None,
         "split_s": {k: times[k] for k in ("extract_s", "generate_s", "measure_s", "build_s")},
         # what the budget bought, task by task: the measured ones and those that kept TVM's default lowering
         "tasks_measured": [{"task": t["task"], "weight": t["weight"], "source": t["source"],
@@ -319,6 +321,15 @@ def markdown(res: dict) -> str:
                              f"| {'yes' if p.get('correct') else 'NO'} |")
             else:
                 lines.append(f"| {p['method']} | {p['measurements']} | - | - | {p.get('error')} |")
+        ab = [p for p in sorted(entry["points"], key=lambda p: p["measurements"])
+              if p["method"] == "served" and p.get("unmeasured_ms_same_run")]
+        if ab:  # what each budget bought on the whole model, its build timed beside the one before it
+            lines += ["", "| budget | its schedules, ms | before it, ms (same run) | built | a second compile at 0, ms |",
+                      "|---:|---:|---:|---|---:|"]
+            for p in ab:
+                lines.append(f"| {p['measurements']} | {_ms(p.get('budget_ms_same_run'))} | {p['unmeasured_ms_same_run']:.3f} | "
+                             f"{'the budget' if p.get('budget_built') else 'before it'} | "
+                             f"{_ms((p.get('again') or {}).get('latency_ms'))} |")
         t = entry.get("targets", {})
         lines += ["", "| target | measured | goal |", "|---|---:|---:|",
                   f"| served unmeasured / untuned | {_fmt(t.get('served_unmeasured_over_untuned'))} | <= 1.0x |",
@@ -331,6 +342,10 @@ def markdown(res: dict) -> str:
     if res.get("note"):  # what limits the figures, said by whoever ran them (kept across resumed runs)
         lines += [res["note"], ""]
     return "\n".join(lines) + "\n"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def _fmt(x: float | None) -> str:
@@ -360,8 +375,9 @@ def plot(res: dict, path: str) -> None:
                 for p, x, y in zip(mine, xs, ys):
                     ax.annotate(str(p["measurements"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.set_xscale("log")
+        ax.set_yscale("log")  # an untuned build is 30-400x the rest
         ax.set_xlabel("compile time, s (log; eager at 0.1)")
-        ax.set_ylabel("whole-model latency, ms")
+        ax.set_ylabel("whole-model latency, ms (log)")
         ax.set_title(f"{model} on {entry['hardware_key']}{' (small)' if entry.get('small') else ''}")
         ax.grid(True, alpha=0.3)
         if pts:
