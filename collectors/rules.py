@@ -27,6 +27,12 @@ contiguous axis):
   a parallel region saves (``collectors.threads.parallel_target``) keeps S0 at 1: no parallel loop;
 * **unroll**: ``max_step`` 64 where the sketch samples one (MetaSchedule's middle choice).
 
+A block whose vector-loaded input is read at a stride and which has no row axis to reuse a
+loaded vector (a depthwise convolution of stride 2) gets the **window plan** instead
+(``blocking.window_plan``): scalar outputs, two of a row at a time, each over its whole window
+innermost, unrolled all the way (``max_step`` the sketch's largest): 3.8x the blocked plan's
+14-lane gathers on EfficientNet-B0's 5x5 stride-2 depthwise convolution (Rocket Lake).
+
 Measured on a 2-core Zen 3 against the Roller-style tiles it replaces (bench/studies/rules.py):
 1.04-1.35x on BERT-base's matmuls, 4.7x on MobileNetV2's classifier, 0.94-1.20x on ResNet-50
 convolutions; the panel plan where it fits against the sweep everywhere (2026-12-05, the 20
@@ -53,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collectors.blocking import (CHUNKS_PER_CORE, INNER_REDUCTION, PLANS, block_axes, blocked_plan, divisors,
-                                 l1_bytes, largest_divisor)
+                                 l1_bytes, largest_divisor, unvectorized)
 from collectors.hardware import Hardware
 from collectors.sketches import design_space, refusing_postproc
 from collectors.tasks import Task
@@ -167,7 +173,7 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     chosen: dict[int, Any] = {}
     state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial,
              "rfactor": _rfactors(trace)}
-    planned = _blocked_plans(task, hardware, trace, plan, serial, blocking) if blocked else {}
+    planned, window = _blocked_plans(task, hardware, trace, plan, serial, blocking) if blocked else ({}, False)
     counter = [0]  # the provider is called for every instruction, in trace order
 
     def provider(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
@@ -189,7 +195,10 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
             return [int(t) for t in tiles]
         if kind == "SampleCategorical":
             values = [int(v) for v in attrs[0]]
-            pick = values.index(UNROLL_STEP) if UNROLL_STEP in values else len(values) // 2
+            if window:  # a window plan's scalar outputs: the whole window unrolled (blocking.window_plan)
+                pick = values.index(max(values))
+            else:
+                pick = values.index(UNROLL_STEP) if UNROLL_STEP in values else len(values) // 2
             chosen[i] = pick
             return pick
         return decision
@@ -199,9 +208,10 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
 
 
 def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False,
-                   blocking: str = "auto") -> dict[int, list[int]]:
+                   blocking: str = "auto") -> tuple[dict[int, list[int]], bool]:
     """Instruction index -> tiles of every SamplePerfectTile that tiles a block the blocked plan
-    covers (a 4-level spatial, 2-level reduction tiling of a block with a contiguous output)."""
+    covers (a 4-level spatial, 2-level reduction tiling of a block with a contiguous output), and
+    whether a block takes the window plan (``blocking.unvectorized``: unrolled all the way)."""
     groups: dict[int, list[int]] = {}
     for i, (role, group, _pos, _n) in roles.items():
         groups.setdefault(group, []).append(i)
@@ -210,6 +220,7 @@ def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, seri
         if inst.kind.name == "GetSBlock":
             block_of[inst.outputs[0]] = str(inst.attrs[0])
     out: dict[int, list[int]] = {}
+    window = False
     for group, samples in groups.items():
         if group < 0 or any(int(trace.insts[i].attrs[0]) not in (2, 4) for i in samples):
             continue
@@ -218,12 +229,13 @@ def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, seri
         if axes is None or len(samples) != len(axes.extents):
             continue
         plan = blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial, blocking)
+        window = window or (blocking == "auto" and unvectorized(axes))
         loops = {p: i for p, i in zip(range(len(axes.extents)), sorted(samples))}
         for p, i in loops.items():
             want = 4 if not axes.reduce[p] else 2
             if int(trace.insts[i].attrs[0]) == want and p in plan:
                 out[i] = plan[p]
-    return out
+    return out, window
 
 
 def _tile_roles(trace: Any) -> dict[int, tuple[str, int, int, int]]:

@@ -123,6 +123,17 @@ def conv_mod(c: int = 8, hw: int = 14, f: int = 16):
     return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
 
 
+def depthwise_conv_mod(c: int = 16, hw: int = 16, k: int = 5, stride: int = 2):
+    """A depthwise (one filter per channel) NCHW convolution, padded by ``k // 2``, as TOPI writes it."""
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, c, hw, hw), name="X")
+    w = te.placeholder((c, 1, k, k), name="W")
+    y = topi.nn.depthwise_conv2d_nchw(x, w, stride, k // 2, 1)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
+
+
 def matmul_tvmscript(m: int = 64, n: int = 64, k: int = 64, name: str = "mm") -> str:
     """A user's matmul PrimFunc as TVMScript text, as a client of the schedule server sends it."""
     return f'''from tvm.script import tirx as T
