@@ -63,6 +63,22 @@ def reference_search(task: Any, hardware: Any, trials: int, budgets: Sequence[in
                   {n: stored["budgets"][n]["trace_json"] for n in methods})
 
 
+def known_references(task: Any, hardware: Any, corpus: Any) -> dict[str, Any]:
+    """What a study judges a method against without searching: ``ms_256`` where this module has
+    the task's 256-trial search cached, ``corpus_best`` (the key's fastest record in ``corpus``)
+    where the corpus measured it; each a ``collectors.judge.Method`` to re-measure."""
+    from collectors.judge import Method
+    from collectors.tir import schedule_of
+
+    out = {}
+    if os.path.exists(cache_path(task.workload_key, hardware.key, 256, 0)):  # never searched here
+        out["ms_256"] = reference_search(task, hardware, 256).methods["ms_256"]
+    best = corpus.top_k(task.workload_key, hardware.key, k=1).to_pylist()
+    if best:
+        out["corpus_best"] = Method([schedule_of(task.mod, best[0]["trace_json"])], 0.0)
+    return out
+
+
 def _powers_of_two(lo: int, hi: int) -> list[int]:
     out, b = [], lo
     while b < hi:

@@ -90,12 +90,11 @@ def main() -> None:
     logging.disable(logging.INFO)
 
     from bench.judging import CORPUS, outside_zoo_tasks
-    from bench.references import cache_path, reference_search
+    from bench.references import known_references
     from collectors.hardware import detect_hardware
     from collectors.judge import Method, judge
     from collectors.rules import _longest_reduction
     from collectors.tasks import task_from_index
-    from collectors.tir import schedule_of
     from storage import Corpus
 
     hw = detect_hardware("cpu")
@@ -116,11 +115,7 @@ def main() -> None:
                 continue
             methods = {n: Method([s], 0.0) for n, s in variants.items()}
             methods["unsplit"] = Method([unsplit(t, hw)], 0.0)
-            if os.path.exists(cache_path(t.workload_key, hw.key, 256, 0)):  # never searched here
-                methods["ms_256"] = reference_search(t, hw, 256).methods["ms_256"]
-            best = corpus.top_k(t.workload_key, hw.key, k=1).to_pylist()
-            if best:
-                methods["corpus_best"] = Method([schedule_of(t.mod, best[0]["trace_json"])], 0.0)
+            methods |= known_references(t, hw, corpus)
             res = judge(t, hw, methods, torch_eager=False)
             lat = {n: v["latency_s"] for n, v in res.items() if v.get("latency_s")}
             res_rows.append({"task": t.task_name, "model": t.model, "op_kind": t.op_kind,

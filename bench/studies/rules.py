@@ -40,10 +40,9 @@ def main() -> None:
     from bench.quality import peak_gflops
     from collectors.hardware import detect_hardware
     from collectors.judge import Method, judge
-    from bench.references import cache_path, reference_search
+    from bench.references import known_references
     from collectors.blocking import PLANS
     from collectors.rules import rule_schedule
-    from collectors.tir import schedule_of
     from storage import Corpus
     from bench.judging import CORPUS
 
@@ -63,11 +62,7 @@ def main() -> None:
             methods = {"rules_blocked": Method([rule_schedule(t, hw).schedule], 0.0),
                        "rules_roller": Method([rule_schedule(t, hw, blocked=False).schedule], 0.0)}
             methods |= {f"rules_{p}": Method([rule_schedule(t, hw, blocking=p).schedule], 0.0) for p in PLANS[1:]}
-            if os.path.exists(cache_path(t.workload_key, hw.key, 256, 0)):  # never searched here
-                methods["ms_256"] = reference_search(t, hw, 256).methods["ms_256"]
-            best = corpus.top_k(t.workload_key, hw.key, k=1).to_pylist()
-            if best:
-                methods["corpus_best"] = Method([schedule_of(t.mod, best[0]["trace_json"])], 0.0)
+            methods |= known_references(t, hw, corpus)
             res = judge(t, hw, methods)
             lat = {n: v["latency_s"] for n, v in res.items() if v.get("latency_s")}
             row = {"task": t.task_name, "model": t.model, "op_kind": t.op_kind, "flops": t.flops,

@@ -52,11 +52,10 @@ def main() -> None:
     refuse_beside_measuring("judge the window plan")
 
     from bench.judging import CORPUS
-    from bench.references import cache_path, reference_search
+    from bench.references import known_references
     from collectors.hardware import detect_hardware
     from collectors.judge import Method, judge
     from collectors.rules import rule_schedule
-    from collectors.tir import schedule_of
     from storage import Corpus
 
     hw = detect_hardware("cpu")
@@ -68,11 +67,7 @@ def main() -> None:
         for t in tasks:
             methods = {f"rules_{p}": Method([rule_schedule(t, hw, blocking=p).schedule], 0.0)
                        for p in ("auto", "sweep", "panel")}
-            if os.path.exists(cache_path(t.workload_key, hw.key, 256, 0)):  # never searched here
-                methods["ms_256"] = reference_search(t, hw, 256).methods["ms_256"]
-            best = corpus.top_k(t.workload_key, hw.key, k=1).to_pylist()
-            if best:
-                methods["corpus_best"] = Method([schedule_of(t.mod, best[0]["trace_json"])], 0.0)
+            methods |= known_references(t, hw, corpus)
             res = judge(t, hw, methods, torch_eager=False)
             lat = {n: v["latency_s"] for n, v in res.items() if isinstance(v, dict) and v.get("latency_s")}
             rows.append({"task": t.task_name, "model": t.model, "workload_key": t.workload_key, "flops": t.flops,
