@@ -250,19 +250,12 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
         lo = asked[id(ts)]
         if lo >= MAX_K:  # the pool is measured: the search goes on from what was
             room = SEARCH_BATCH if budget is None else min(SEARCH_BATCH, budget - spent)
-            records = improve(ts.task, room, list(mine[id(ts)]), on_records)
-            mine[id(ts)] += records
-            spent += len(records)
-            ok = [r for r in records if r.latency_s is not None]
-            best = min(ok, key=lambda r: r.latency_s) if ok else None
-            if not records:
+            n, improved = _search_step(ts, improve, room, mine[id(ts)], on_records)
+            spent += n
+            if not n:
                 done.add(id(ts))
-            if best is not None and best.latency_s < (ts.latency_s or float("inf")):
-                ts.latency_s, ts.trace, ts.rank = best.latency_s, json.loads(best.trace_json), -1
-                ts.source, ts.error = "search", None
-            else:
+            if not improved:
                 damp[id(ts)] /= 2
-            ts.candidates += len(records)
             if progress is not None:
                 progress(ts, spent)
             continue
@@ -311,6 +304,27 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
         if progress is not None:
             progress(ts, spent)
     return spent
+
+
+def _search_step(ts: TaskSchedule, improve: Improver, trials: int, mine: list,
+                 on_records: Callable[[list], None] | None) -> tuple[int, bool]:
+    """One step of the search after ``ts``'s ranked pool: ``trials`` more measurements from the
+    task's measured records (``mine``, extended in place), ``ts`` updated when one ran faster;
+    ``(measured, improved)``. A search that fails (a TVM error) measured nothing: the task is done."""
+    try:
+        records = improve(ts.task, trials, list(mine), on_records)
+    except (RuntimeError, ValueError) as exc:
+        log.warning("%s: the search after the ranked pool failed (%s)", ts.task.task_name, exc)
+        return 0, False
+    mine += records
+    ts.candidates += len(records)
+    ok = [r for r in records if r.latency_s is not None]
+    best = min(ok, key=lambda r: r.latency_s) if ok else None
+    if best is None or best.latency_s >= (ts.latency_s or float("inf")):
+        return len(records), False
+    ts.latency_s, ts.trace, ts.rank = best.latency_s, json.loads(best.trace_json), -1
+    ts.source, ts.error = "search", None
+    return len(records), True
 
 
 def _measure_default(ts: TaskSchedule, hardware: Hardware, on_records: Callable[[list], None] | None) -> int:
