@@ -44,7 +44,10 @@ def fold_conv_batch_norm(module: Any, args: Sequence[Any]) -> tuple[Any, Any, in
              if isinstance(module.get_submodule(c), _ConvNd) and isinstance(module.get_submodule(b), _BatchNorm)]
     if not pairs:
         return module, exported, 0
-    folded = copy.deepcopy(module)
+    try:
+        folded = copy.deepcopy(module)
+    except (TypeError, RuntimeError, copy.Error):  # a module that cannot be copied: TVM's fold after import
+        return module, exported, 0
     for conv_name, bn in pairs:
         conv, norm = folded.get_submodule(conv_name), folded.get_submodule(bn)
         weight, bias = fuse_conv_bn_weights(
