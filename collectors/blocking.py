@@ -173,11 +173,11 @@ def panel_fits(k_total: int, nr: int, l1: int) -> bool:
     return nr > 1 and 4 * k_total * nr <= l1
 
 
-def unvectorized(axes: BlockAxes) -> bool:
-    """Whether a block takes :func:`window_plan`: its vector-loaded input is read at a stride
-    and no axis reuses a loaded vector (a depthwise convolution of stride 2: no register rows
-    to pay for the gather)."""
-    return axes.strided and axes.rows is None
+def unvectorized(axes: BlockAxes, plan_kind: str = "auto") -> bool:
+    """Whether a block takes :func:`window_plan` (``plan_kind`` "auto" only; a forced plan writes
+    its vectors): its vector-loaded input is read at a stride and no axis reuses a loaded vector
+    (a depthwise convolution of stride 2: no register rows to pay for the gather)."""
+    return plan_kind == "auto" and axes.strided and axes.rows is None
 
 
 #: window taps (the reduction's product) a :func:`window_plan` keeps whole in the innermost loops
@@ -196,8 +196,8 @@ def window_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, serial
     taps = math.prod(e for e, r in zip(axes.extents, axes.reduce) if r)
     for i, r in enumerate(axes.reduce):
         if r:
-            inner = axes.extents[i] if taps <= WINDOW_TAPS else largest_divisor(axes.extents[i], INNER_REDUCTION)
-            inner = largest_divisor(axes.extents[i], min(inner, max_inner))
+            cap = axes.extents[i] if taps <= WINDOW_TAPS else INNER_REDUCTION
+            inner = largest_divisor(axes.extents[i], min(cap, max_inner))
             plan[i] = [axes.extents[i] // inner, inner]
     spatial = [i for i, r in enumerate(axes.reduce) if not r]
     row = max((i for i in spatial if i < axes.vector), default=None)  # the output row before the contiguous axis
@@ -230,7 +230,7 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial
       loops into the parallel one), everything in S2.
     """
-    if plan_kind == "auto" and unvectorized(axes):
+    if unvectorized(axes, plan_kind):
         return window_plan(axes, hardware, max_inner, serial)
     lanes = vector_lanes(hardware.vector_bits, "float32")
     regs = vector_registers(hardware)

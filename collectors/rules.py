@@ -229,7 +229,7 @@ def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, seri
         if axes is None or len(samples) != len(axes.extents):
             continue
         plan = blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial, blocking)
-        window = window or (blocking == "auto" and unvectorized(axes))
+        window = window or unvectorized(axes, blocking)
         loops = {p: i for p, i in zip(range(len(axes.extents)), sorted(samples))}
         for p, i in loops.items():
             want = 4 if not axes.reduce[p] else 2
