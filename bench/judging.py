@@ -191,3 +191,25 @@ def check_unseen(model_id: str, model_info: dict, tasks: Sequence[Any]) -> None:
         raise ValueError(f"model {model_id} was not held out from {', '.join(seen)} (its held-out models: "
                          f"{', '.join(sorted(held)) or 'none recorded'}): judging it on their tasks would judge "
                          "it on its training data")
+
+
+def cnn_tasks(hw: Any, keep: Any, folded: Sequence[str] = ("mobilenetv2", "efficientnet_b0")) -> list:
+    """Every distinct task of the zoo's convolutional models that ``keep(task)`` accepts: the
+    graphs the corpus collects (full size) and, for ``folded``, the graphs ``tlm compile`` builds
+    (batch norms folded into the convolutions: other workloads). For the rules' studies, which
+    judge a rule on every task it changes."""
+    from collectors.tasks import extract_tasks, import_relax
+    from collectors.zoo import CNN_MODELS, build_model
+
+    graphs: list = [(m, None, None) for m in CNN_MODELS]
+    for m in folded:
+        module, args = build_model(m)
+        graphs.append((m, (module, args), import_relax(module, args, fold_batch_norm=True)))
+    seen, out = set(), []
+    for name, model, mod in graphs:
+        tasks = extract_tasks(name, hw) if mod is None else extract_tasks(model, hw, model_name=name, relax_mod=mod)
+        for t in tasks:
+            if t.workload_key not in seen and keep(t):
+                seen.add(t.workload_key)
+                out.append(t)
+    return out

@@ -42,6 +42,12 @@ Roller-style tiles (``blocked=False`` gives them everywhere): the innermost spat
 multiple of the vector lanes up to two vectors, the next up to 8 rows, the inner reduction the
 largest divisor up to 8 within half the L1, outer blocks of up to 32.
 
+**Where a producer is computed** (a convolution's pad; :func:`compute_location`): never inlined
+(its ``if_then_else`` would sit in every load of the inner loops); a regular convolution pads
+once at the root, a depthwise one each channel's plane at its channel loop. The design space's
+random draw, which the rules kept before, inlined EfficientNet-B0's 5x5 depthwise pads: 1.75x
+over the 24 zoo tasks this changes, up to 14x (Rocket Lake, bench/studies/pad_location.py).
+
 The sketch chosen is the one that tiles the most loops (multi-level tiling over the plain
 parallel-vectorize sketch; no rfactor sketch for a reduction of two vectors or less:
 :func:`_longest_reduction`), then one that fuses a consumer into the tile (``ReverseComputeAt``);
@@ -74,6 +80,11 @@ REGISTER_ROWS = 8
 OUTER_BLOCK = 32
 #: Unroll ``max_step`` chosen where a sketch samples one.
 UNROLL_STEP = 64
+#: Where producers are computed (``rule_schedule(locations=...)``): by :func:`compute_location`,
+#: or where the design space's draw put them (the rules before 2026-12-06).
+LOCATIONS = ("rule", "sketch")
+#: ``SampleComputeLocation`` decisions that are no loop.
+ROOT, INLINE = -1, -2
 
 
 @dataclass
@@ -86,18 +97,23 @@ class RuleSchedule:
     schedule_s: float = 0.0  # time to choose and check it (the "compile time" of the baseline)
 
 
-def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, blocking: str = "auto") -> RuleSchedule:
+def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, blocking: str = "auto",
+                  locations: str = "rule") -> RuleSchedule:
     """The rule-chosen, postprocessed schedule of ``task`` for a CPU ``hardware``.
 
     ``blocked=False``: the Roller-style tiles alone (the rule baseline before the blocked plan,
     kept to measure one against the other: bench/studies/rules.py); ``blocking``: which blocked
-    plan (:data:`PLANS`). Raises ``ValueError`` for a
+    plan (:data:`PLANS`); ``locations``: where a producer (a convolution's pad) is computed,
+    "rule" (:func:`compute_location`) or "sketch" (the design space's own draw, as the rules
+    left it before; bench/studies/pad_location.py measures one against the other). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
     if hardware.kind != "cpu":
         raise ValueError(f"the rule scheduler is for CPUs; {hardware.key} is {hardware.kind} (use tvm.s_tir.dlight)")
     if blocking not in PLANS:
         raise ValueError(f"unknown blocked plan {blocking!r}; one of {', '.join(PLANS)}")
+    if locations not in LOCATIONS:
+        raise ValueError(f"unknown compute locations {locations!r}; one of {', '.join(LOCATIONS)}")
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
     short = _longest_reduction(task) <= 2 * vector_lanes(hardware.vector_bits, "float32")
@@ -107,7 +123,7 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     refused = []
     serial = task_parallel_target(task, hardware) == 1
     for i in order:
-        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking)
+        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking, locations)
         why = refusing_postproc(sch, task, hardware)
         if why is None:
             return RuleSchedule(sch, i, decisions, time.perf_counter() - t0)
@@ -161,7 +177,7 @@ def rfactor_split(extent: int, max_inner: int) -> list[int]:
 
 
 def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True,
-                 serial: bool = False, blocking: str = "auto") -> tuple[Any, dict]:
+                 serial: bool = False, blocking: str = "auto", locations: str = "rule") -> tuple[Any, dict]:
     """Replay a sketch with every decision chosen by rule (``serial``: no parallel loop, the task
     is smaller than what starting one saves); the schedule and the decisions."""
     from tvm.s_tir.schedule import Schedule
@@ -201,10 +217,72 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
                 pick = values.index(UNROLL_STEP) if UNROLL_STEP in values else len(values) // 2
             chosen[i] = pick
             return pick
+        if kind == "SampleComputeLocation" and locations == "rule":
+            where = compute_location(task, sch, inputs[0])
+            if where is not None:
+                chosen[i] = where
+                return where
         return decision
 
     trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
     return sch, chosen
+
+
+def compute_location(task: Task, sch: Any, block_rv: Any) -> int | None:
+    """The ``SampleComputeLocation`` decision for a producer (a convolution's pad) feeding a
+    block the blocked plan covers; None (the sketch's own draw stays) for any other.
+
+    Never inline: the pad's ``if_then_else`` then sits in every load of the convolution's inner
+    loops. On the Rocket Lake corpus (22 zoo convolutions with a pad, ~300 records each, best
+    record per location against the task's best) inlined pads ran 0.15x (regular convolutions)
+    and 0.28x (depthwise), and the rules inherited whatever the design space drew (EfficientNet-B0's
+    5x5 depthwise conv2d29: 838 us inlined, 58 us with the same tiles and the pad per channel).
+    A regular convolution (its output channels reuse every input row: ``BlockAxes.rows``) takes
+    the pad at the root, padded once (0.88x geomean, the best location on 5 of 10; loops inside
+    the tiles recompute it per tile of output channels); a depthwise convolution the deepest
+    loop over its batch and channel axes with no image loop above it: each channel's plane
+    padded just before its window sweeps it, while it is in the L1 (the best on 5 of 8; root 0.45x)."""
+    from collectors.tir import block_realizes
+
+    consumers = sch.get_consumers(block_rv)
+    if len(consumers) != 1:
+        return None
+    name = str(sch.get(consumers[0]).name_hint)
+    axes = block_axes(task.mod, name)
+    if axes is None or not any(axes.reduce):
+        return None
+    if axes.rows is not None:
+        return ROOT
+    func = next(iter(as_module(task.mod).functions.values()))
+    realize = next(r for r, _ in block_realizes(func.body) if str(r.block.name_hint) == name)
+    outer = {str(v.name) for k, v in enumerate(realize.iter_values)  # the loops over batch and channels
+             if k < axes.vector - 1 and not axes.reduce[k] and hasattr(v, "name")}
+    best = ROOT
+    for d, rv in enumerate(sch.get_loops(consumers[0])):  # a decision is the loop's index in this nest
+        loop = sch.get(rv)
+        if _extent(sch, rv) == 1:  # never a location (CollectComputeLocation skips unit loops)
+            continue
+        if _loop_axis(loop) not in outer:
+            break
+        if _legal_location(sch, block_rv, d):
+            best = d
+    return best
+
+
+def _legal_location(sch: Any, block_rv: Any, decision: int) -> bool:
+    """Whether ``decision`` is a legal compute location of ``block_rv`` now (TVM falls back to
+    the largest legal one below an illegal decision); the probe is taken back."""
+    rv = sch.sample_compute_location(block_rv, decision=decision)
+    trace = sch.trace
+    got = int(trace.decisions[trace.insts[-1]])
+    trace.pop()
+    sch.remove_rv(rv)
+    return got == decision
+
+
+def _loop_axis(loop: Any) -> str:
+    """The block iterator a tiled loop came from, by its name (MetaSchedule's splits keep it: ``ff_0``)."""
+    return str(loop.loop_var.name).rsplit("_", 1)[0]
 
 
 def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False,

@@ -21,28 +21,16 @@ from bench._common import RESULTS, machine, refuse_beside_measuring, speed_over,
 
 def window_tasks(hw) -> list:
     """The zoo's tasks (the corpus's graphs and MobileNetV2 folded) with a window-plan block."""
+    from bench.judging import cnn_tasks
     from collectors.blocking import block_axes, unvectorized
-    from collectors.tasks import extract_tasks, import_relax
     from collectors.tir import as_module, block_realizes
-    from collectors.zoo import CNN_MODELS, build_model
 
     def takes(task) -> bool:
         func = next(iter(as_module(task.mod).functions.values()))
         names = {str(r.block.name_hint) for r, _ in block_realizes(func.body)}
         return any((a := block_axes(task.mod, n)) is not None and unvectorized(a) for n in names)
 
-    seen, out = set(), []
-    graphs = [(m, None) for m in CNN_MODELS]
-    module, args = build_model("mobilenetv2")
-    graphs.append(("mobilenetv2", import_relax(module, args, fold_batch_norm=True)))
-    for name, mod in graphs:
-        tasks = extract_tasks(name, hw) if mod is None else extract_tasks((module, args), hw, model_name=name,
-                                                                         relax_mod=mod)
-        for t in tasks:
-            if t.workload_key not in seen and takes(t):
-                seen.add(t.workload_key)
-                out.append(t)
-    return out
+    return cnn_tasks(hw, takes, folded=("mobilenetv2",))
 
 
 def main() -> None:

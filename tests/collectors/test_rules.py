@@ -194,7 +194,8 @@ def test_a_strided_depthwise_convolution_takes_the_window_plan_and_computes_the_
     script = r.schedule.mod.script()  # the write-back of the cached output may be a vector, the window not
     assert all(not script[i:].split('T.sblock("', 1)[1].startswith(f'{name}"') for i in
                [m.start() for m in re.finditer(r"T\.vectorized\(", script)])
-    assert max(d for d in r.decisions.values() if isinstance(d, int)) == 3  # the largest unroll of [0, 16, 64, 512]
+    unroll = [int(r.schedule.trace.decisions[i]) for i in r.schedule.trace.insts if i.kind.name == "SampleCategorical"]
+    assert unroll == [3]  # the largest unroll of [0, 16, 64, 512]
     assert _spatial_tiles(rule_schedule(make_task(s1, "depthwise", "conv2d"), hw).decisions)[-1][3] > 1
     task = make_task(s2, "depthwise", "conv2d")
     recs: list = []
@@ -300,6 +301,50 @@ def test_panel_fits_only_a_vector_panel_the_l1_holds():
     assert panel_fits(64, 32, 32 * 1024)
     assert not panel_fits(768, 32, 32 * 1024)  # 96 KB
     assert not panel_fits(64, 1, 32 * 1024)  # no vector: nothing for the rows to reuse
+
+
+def _location(schedule) -> int:
+    trace = schedule.trace
+    return next(int(trace.decisions[i]) for i in trace.insts if i.kind.name == "SampleComputeLocation")
+
+
+def test_a_pad_is_never_inlined_by_the_rules_and_the_programs_compute_the_right_answer(cpu_hw):
+    """The pad's ``if_then_else`` inlined into the convolution's loads ran 0.15-0.28x the best
+    record (Rocket Lake corpus), and the rules kept whatever location the design space drew: a
+    regular convolution now pads once at the root, a depthwise one each channel's plane at the
+    channel loop (no image loop above it)."""
+    from tvm.s_tir.schedule import Schedule
+
+    from collectors.rules import INLINE, ROOT
+    from collectors.tir import as_module
+    from collectors.tuner import measure_schedules
+    from tests.helpers.workloads import conv_mod, depthwise_conv_mod, make_task
+
+    regular = make_task(conv_mod(8, 14, 16), "conv", "conv2d")
+    depthwise = make_task(depthwise_conv_mod(16, 16, 5, 1), "depthwise", "conv2d")
+    assert _location(rule_schedule(regular, cpu_hw).schedule) == ROOT
+    where = _location(rule_schedule(depthwise, cpu_hw).schedule)
+    assert where not in (ROOT, INLINE)
+    dw = Schedule(as_module(depthwise.mod))  # the sketch replayed before postprocessing: the loops the decision indexes
+    rule_schedule(depthwise, cpu_hw).schedule.trace.apply_to_schedule(dw, remove_postproc=True)
+    loop = dw.get(dw.get_loops(dw.get_sblock("DepthwiseConv2d"))[where])
+    assert loop.loop_var.name.rsplit("_", 1)[0] in ("b", "c")  # the batch or channel loop
+    for task in (regular, depthwise):
+        recs: list = []
+        measure_schedules(task, cpu_hw, [rule_schedule(task, cpu_hw).schedule], tuner="rules", on_records=recs.extend)
+        assert recs[0].error is None and recs[0].latency_s > 0, (task.task_name, recs[0].error)
+
+
+def test_the_sketch_draw_of_compute_locations_stays_on_request_and_unknown_choices_are_refused(cpu_hw):
+    from collectors.sketches import design_space
+    from collectors.tir import as_module
+    from tests.helpers.workloads import depthwise_conv_mod, make_task
+
+    task = make_task(depthwise_conv_mod(16, 16, 5, 1), "depthwise", "conv2d")
+    r = rule_schedule(task, cpu_hw, locations="sketch")
+    assert _location(r.schedule) == _location(design_space(as_module(task.mod), cpu_hw)[r.sketch_index])
+    with pytest.raises(ValueError, match="unknown compute locations 'inline'.*rule, sketch"):
+        rule_schedule(task, cpu_hw, locations="inline")
 
 
 def test_an_unknown_blocked_plan_is_refused(cpu_hw):
