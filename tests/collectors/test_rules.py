@@ -6,6 +6,7 @@ run here and compared with the unscheduled program (the collectors' checked runn
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -234,6 +235,24 @@ def test_an_avx512_matmul_sweep_takes_eight_rows_of_two_vectors_and_a_deeper_inn
     assert (i[3], j[3], k[1]) == (8, 32, 16)
     i, j, k = tiles("znver3")
     assert k[1] <= 8 and i[3] * j[3] // 8 <= 8  # AVX2: half of 16 registers, kc at most 8
+
+
+def test_a_convolution_that_takes_no_panel_plan_keeps_its_micro_tiles_over_a_deep_reduction():
+    """The sweep reloads its accumulators every kc steps and a convolution's kc was 6 (ResNet-50's
+    3x3 conv2d10: 2.75 ms; 0.87 ms so, on a Rocket Lake): no S2 block, kc beyond INNER_REDUCTION."""
+    from collectors.blocking import INNER_REDUCTION, block_axes, blocked_plan, l1_bytes, panel_fits
+    from tests.helpers.corpora import fixed_cpu
+    from tests.helpers.workloads import conv_mod
+
+    axes = block_axes(conv_mod(256, 14, 256), "conv2d_nchw")  # ResNet-50's 3x3 conv2d18 at stride 1
+    for mcpu in ("rocketlake", "znver3"):
+        hw = fixed_cpu(mcpu)
+        plan = blocked_plan(axes, hw)
+        assert not panel_fits(256 * 9, plan[axes.vector][3], l1_bytes(hw))
+        assert all(plan[i][2] == 1 for i, r in enumerate(axes.reduce) if not r)
+        assert math.prod(plan[i][1] for i, r in enumerate(axes.reduce) if r) > INNER_REDUCTION
+        sweep = blocked_plan(axes, hw, plan_kind="sweep")  # a forced sweep stays what it was
+        assert math.prod(sweep[i][1] for i, r in enumerate(axes.reduce) if r) <= INNER_REDUCTION
 
 
 def test_a_reduction_with_no_small_divisor_takes_the_panel_plan():
