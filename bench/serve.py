@@ -11,9 +11,10 @@ MobileNetV2 and BERT-base, heaviest first) sent as TVMScript, as a deployer woul
   (``--repeats`` per task, after one warm-up request that loads the model), and per task;
 * **throughput**: ``--clients`` concurrent clients sending the same tasks round-robin;
 * **in process**: ``tlm.service.generator.generate`` on the same tasks without HTTP (what the server
-  adds), with 1 torch thread (the default, ``DECODE_THREADS``) and with every core, and beside it
-  the plain library path (``transformers.generate`` with the logits processor, 1 thread): its p50
-  and on how many tasks both give the same schedules (target: in-process p50 <= 50 ms);
+  adds), with the default torch threads (``decode_threads``: every core on a quiet host, one
+  beside a measurement), with 1 and with every core, and beside it the plain library path
+  (``transformers.generate`` with the logits processor, 1 thread): its p50 and on how many tasks
+  both give the same schedules (target: in-process p50 <= 50 ms, the default);
 * **compile-time ratio**: MetaSchedule's evolutionary search (``--ms-trials`` trials, its
   builder and runner, correctness-checked) on ``--ms-tasks`` tasks against the generator's
   time for the same task (the paper's "up to 61x" is this ratio), and the latency each got,
@@ -136,14 +137,18 @@ def main() -> None:
     import tlm.service.generator as gen_mod
 
     inproc: dict = {}
-    for threads in (host.cores, 1):
+    for threads in (host.cores, None, 1):  # None: the default (decode_threads(): every core on a quiet host)
         gen_mod.DECODE_THREADS = threads
         generate(tasks[0], hw, model, tok)  # warm
-        inproc[f"threads_{threads}"], fast = in_process(tasks, hw, model, tok, args.repeats)
+        inproc[f"threads_{threads or 'default'}"], fast = in_process(tasks, hw, model, tok, args.repeats)
+    gen_mod.DECODE_THREADS = None
+    inproc["default_threads"] = gen_mod.decode_threads()
+    gen_mod.DECODE_THREADS = 1  # the library path below, as before
     inproc["transformers_generate"] = library_path(tasks, hw, model, tok, args.repeats, fast)
     inproc["target_p50_s"] = 0.05
     res["in_process"] = inproc
-    print(f"in process: p50 {inproc['threads_1']['p50_s'] * 1e3:.0f} ms (1 thread), "
+    print(f"in process: p50 {inproc['threads_default']['p50_s'] * 1e3:.0f} ms (default: {inproc['default_threads']} "
+          f"thread(s)), {inproc['threads_1']['p50_s'] * 1e3:.0f} ms on 1 thread, "
           f"{inproc['transformers_generate']['p50_s'] * 1e3:.0f} ms with transformers.generate; same schedules on "
           f"{inproc['transformers_generate']['same_schedules']}/{len(tasks)} tasks")
     if args.in_process_only:

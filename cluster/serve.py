@@ -120,8 +120,11 @@ class ScheduleServer:
 
     def __init__(self, corpus: str | None = None, index_url: str | None = None,
                  models_root: str = SHIPPED_MODELS, append: bool = True) -> None:
+        import tlm.service.generator as generator
         from storage import Corpus
 
+        if generator.DECODE_THREADS is None:  # its one CPU, many requests at once: one thread each
+            generator.DECODE_THREADS = 1
         _Guard.token = os.environ.get(TOKEN_ENV) or None
         self.models_root = models_root
         self.corpus = Corpus.open(corpus, index_url=index_url) if corpus else None

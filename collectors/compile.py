@@ -29,20 +29,29 @@ PROBE_GAP = 5.0
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
 
 
-def compile_model(mod: Any, hardware: Hardware | None = None, database: Any | None = None) -> Any:
+def compile_model(mod: Any, hardware: Hardware | None = None, database: Any | None = None, *,
+                  fast_exp: bool = True) -> Any:
     """A Relax executable of ``mod`` for ``hardware`` (default: plain host llvm).
 
     With a MetaSchedule ``database`` (e.g. ``JSONDatabase``) its schedules are applied
-    (``compile_relax``); without one, TVM's default (untuned) lowering is used.
+    (``compile_relax``); without one, TVM's default (untuned) lowering is used. ``fast_exp``:
+    float32 ``exp`` lowered to vector arithmetic (:mod:`collectors.fast_math`) in every build
+    alike, so served, searched and untuned builds are compared under one compiler; False: TVM's
+    ``llvm.exp`` (a scalar libm call per lane).
     """
+    import contextlib
+
     import tvm
 
-    target = hardware.tvm_target() if hardware is not None else tvm.target.Target({"kind": "llvm"})
-    if database is None:
-        return tvm.compile(mod, target=target)
-    from tvm.s_tir import meta_schedule as ms
+    from collectors.fast_math import fast_exp as vector_exp
 
-    return ms.relax_integration.compile_relax(keyed_as_compiled(database), mod, target, params=None)
+    target = hardware.tvm_target() if hardware is not None else tvm.target.Target({"kind": "llvm"})
+    with vector_exp() if fast_exp else contextlib.nullcontext():
+        if database is None:
+            return tvm.compile(mod, target=target)
+        from tvm.s_tir import meta_schedule as ms
+
+        return ms.relax_integration.compile_relax(keyed_as_compiled(database), mod, target, params=None)
 
 
 def keyed_as_compiled(database: Any) -> Any:

@@ -173,6 +173,11 @@ def measuring_job(what: str) -> Iterator[None]:
                 os.remove(path)
 
 
+def measuring_on_this_host() -> bool:
+    """Whether this process measures now or another live process on this host does."""
+    return _DEPTH > 0 or bool(other_measuring_jobs())
+
+
 def other_measuring_jobs() -> list[dict]:
     """The live measuring jobs of other processes on this host (stale entries are removed)."""
     out = []

@@ -152,3 +152,23 @@ def test_a_cold_pool_is_the_greedy_program_and_scores_stay_the_models(lm, tasks,
         assert lp == pytest.approx(greedy[i][2][0], abs=1e-3) and n == greedy[i][2][1]
     with pytest.raises(ValueError, match="temperature"):
         decode_prompts(model, tok, task, cpu_hw, prompts, 3, sample=True, temperature=0.0)
+
+
+def test_decoding_takes_every_core_on_a_quiet_host_and_one_beside_a_measurement(monkeypatch):
+    """A second thread's barrier cost seconds beside a collection (2-core Zen 3) and the prefill
+    shares two quiet cores well (greedy p50 40 against 53 ms, Rocket Lake): the default decides
+    per generation; TLM_DECODE_THREADS (DECODE_THREADS) overrides it."""
+    import torch
+
+    import tlm.service.generator as generator
+    from collectors.host_load import measuring_job
+
+    monkeypatch.setattr(generator, "DECODE_THREADS", None)
+    monkeypatch.setattr("collectors.host_load.other_measuring_jobs", lambda: [])
+    assert generator.decode_threads() == torch.get_num_threads()
+    with measuring_job("a test's measurement"):
+        assert generator.decode_threads() == 1
+    monkeypatch.setattr("collectors.host_load.other_measuring_jobs", lambda: [{"pid": 1, "what": "a collection"}])
+    assert generator.decode_threads() == 1
+    monkeypatch.setattr(generator, "DECODE_THREADS", 3)
+    assert generator.decode_threads() == 3

@@ -64,12 +64,24 @@ POOL_TEMPERATURE = 1.0
 #: 35 against 72 ms, MobileNetV2 6.01 against 5.45 ms (its convolutions are where the cost
 #: model's pick is sometimes faster)
 RULES_FIRST = True
-#: torch intra-op threads while decoding. One step of a small GPT-2 on a few rows is ~0.1 ms of
-#: arithmetic, so a second thread buys nothing and its barrier costs much when the cores are
-#: busy: a ResNet conv2d took 0.19-0.48 s on 1 thread and 1.2-9 s on 2 with a collection
-#: running beside it (this 2-core machine). On a quiet, dedicated server more threads are ~1.2x
-#: faster (bench/results/serve.json): set ``TLM_DECODE_THREADS``.
-DECODE_THREADS = max(1, int(os.environ.get("TLM_DECODE_THREADS", "1") or 1))
+#: torch intra-op threads while decoding (``TLM_DECODE_THREADS``); None: :func:`decode_threads` decides.
+DECODE_THREADS: int | None = max(1, int(os.environ["TLM_DECODE_THREADS"])) if os.environ.get("TLM_DECODE_THREADS") else None
+
+
+def decode_threads() -> int:
+    """Torch's threads for one generation: :data:`DECODE_THREADS` when set; else one while this
+    process or another on this host measures, torch's own count (every core) otherwise. Beside a
+    collection a second thread's barrier costs much: a ResNet conv2d took 0.19-0.48 s on 1 thread
+    and 1.2-9 s on 2 (2-core Zen 3); on a quiet host the prompt's prefill is arithmetic that two
+    cores share: greedy p50 40 against 53 ms on 1 thread (Rocket Lake, 12 held-out tasks). A Ray
+    Serve replica runs with torch's count set to its one CPU."""
+    import torch
+
+    from collectors.host_load import measuring_on_this_host
+
+    if DECODE_THREADS is not None:
+        return DECODE_THREADS
+    return 1 if measuring_on_this_host() else torch.get_num_threads()
 
 
 @dataclass
@@ -175,7 +187,7 @@ def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int
     from tlm.model.network import language_of
 
     prompts = [prompt_tokens(space, sk, language_of(model)) for sk in sketches]
-    with _torch_threads(DECODE_THREADS):
+    with _torch_threads(decode_threads()):
         t0 = time.perf_counter()
         ruled = [] if ranker is None else rule_rows(task, hardware, sketches)
         if ranker is None:

@@ -1,0 +1,77 @@
+"""Whole models built with the vectorized float32 exp (``collectors.fast_math``) against TVM's own
+(a libm ``expf`` call per vector lane), served schedules and TVM's untuned lowering alike.
+
+    .venv/bin/python -m bench.studies.fast_exp [--model efficientnet_b0 --model bert_base]
+
+Per model, in one process: its tasks scheduled as ``tlm compile`` schedules them (no
+measurement, batch norms folded), then four builds (served / untuned x fast / exact exp), each
+checked against PyTorch, timed in turn (``collectors.compile.time_side_by_side``) beside PyTorch
+eager. Writes ``bench/results/fast_exp-<key>.json`` and Markdown beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from bench._common import RESULTS, machine, refuse_beside_measuring, write_noted
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", action="append", default=None, help="zoo model (repeat; default efficientnet_b0)")
+    ap.add_argument("--out", default=None, help="default bench/results/fast_exp-<key>.json")
+    args = ap.parse_args()
+    refuse_beside_measuring("time whole models")
+
+    from rich.console import Console
+
+    import cluster.cli.compile as cli
+    from cluster.cli import build_parser
+    from collectors.compile import check_against_torch, compile_model, time_side_by_side, time_torch
+    from collectors.hardware import detect_hardware
+    from collectors.tasks import extract_tasks, import_relax
+    from tlm.service.whole_model import database_of
+
+    host = detect_hardware("cpu")
+    out = args.out or os.path.join(RESULTS, f"fast_exp-{host.key.removeprefix('cpu-')}.json")
+    models, t0 = [], time.time()
+    for name in args.model or ["efficientnet_b0"]:
+        cargs = build_parser().parse_args(["compile", "--model", name, "--no-torch-compile"])
+        root = cli._corpus(cargs)
+        hw = cli._hardware(cargs, root)
+        module, example, _ = cli._user_model(cargs)
+        relax_mod = import_relax(module, example, fold_batch_norm=True)
+        tasks = extract_tasks((module, example), hw, model_name=name, relax_mod=relax_mod)
+        chosen, model_id, _ = cli._schedule(cargs, hw, tasks, Console(stderr=True), root)
+        db = database_of(chosen, hw)
+        builds = {f"{what}_{exp}": compile_model(relax_mod, hw, db if what == "served" else None, fast_exp=exp == "fast")
+                  for what in ("served", "untuned") for exp in ("fast", "exact")}
+        checks = {n: check_against_torch(b, module, example, hw) for n, b in builds.items()}
+        lat = time_side_by_side(builds, example, hw)[0]
+        lat["torch_eager"] = time_torch(module, example, threads=hw.cores)
+        models.append({"model": name, "tlm_model": model_id, "tasks": len(tasks), "latency_s": lat,
+                       "max_abs_err": {n: c[0] for n, c in checks.items()},
+                       "correct": {n: c[1] for n, c in checks.items()}})
+        print(name, {n: f"{v * 1e3:.2f} ms" for n, v in lat.items()}, flush=True)
+    write_noted({"machine": machine(host), "hardware": host.key, "wall_s": round(time.time() - t0), "models": models},
+                out, report_md, None)
+
+
+def report_md(res: dict) -> str:
+    lines = [f"# Whole models with the vectorized exp on {res['hardware']} ({res['machine'].get('cpu', '')})", "",
+             "Latency in ms (medians, timed in turn in one process); every build checked against PyTorch "
+             "(max abs error). Written by `python -m bench.studies.fast_exp`.", "",
+             "| model | served, fast exp | served, TVM's exp | untuned, fast exp | untuned, TVM's exp | PyTorch eager | "
+             "served speedup | max abs error (fast) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in res["models"]:
+        lat = m["latency_s"]
+        g = lambda n: f"{lat[n] * 1e3:.2f}" if n in lat else "-"  # noqa: E731
+        lines.append(f"| {m['model']} | {g('served_fast')} | {g('served_exact')} | {g('untuned_fast')} | "
+                     f"{g('untuned_exact')} | {g('torch_eager')} | {lat['served_exact'] / lat['served_fast']:.2f}x | "
+                     f"{m['max_abs_err']['served_fast']:.2g} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
