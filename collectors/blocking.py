@@ -169,7 +169,14 @@ def panel_fits(k_total: int, nr: int, l1: int) -> bool:
     reuses it from there. Measured on a Zen 3 (2026-12-05, the 20 quality tasks against
     MS@256): the panel plan 1.4-1.8x the sweep on BERT's attention matmuls (K 64 and 128) and
     MobileNetV2's 1x1 convolutions with a short reduction or a 7x7 image; 0.2-0.6x it on the
-    dense matmuls of K 768-3072, whose unpacked B panels no cache holds."""
+    dense matmuls of K 768-3072, whose unpacked B panels no cache holds.
+
+    The panel plan's blocks of rows go to the parallel loop with the other axes' (S0), not to S1:
+    a panel that fits the L1 costs little to load once per chunk, while a chunk holding every row
+    block writes that many output streams at once (MobileNetV2's 1x1 convolution 16 -> 96 at
+    112 x 112: 96 channel rows of 448 bytes, a plane apart). On a Rocket Lake (2026-12-06, the 20
+    quality tasks, one call each, twice): that convolution 1.62x (249 -> 153 us, MS@256 148),
+    its 14 x 14 ones 1.15-1.31x, the rest 0.95-1.08x, BERT's attention matmuls 0.99-1.05x."""
     return nr > 1 and 4 * k_total * nr <= l1
 
 
@@ -279,18 +286,14 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     l2 = l2_bytes(hardware)
     chunks_wanted = hardware.cores * CHUNKS_PER_CORE
     if panel:
-        chunks = 1
         for i in spatial:
             if i == axes.rows:
                 continue
             rest = axes.extents[i] // inner[i]
             t1 = largest_divisor(rest, max(1, l2 // 2 // (4 * k_total * nr))) if i == axes.vector else 1
             plan[i] = [rest // t1, t1, 1, inner[i]]
-            chunks *= rest // t1
-        if axes.rows is not None:
-            rest = axes.extents[axes.rows] // mr
-            t0 = largest_divisor(rest, max(1, chunks_wanted // chunks))
-            plan[axes.rows] = [t0, rest // t0, 1, mr]
+        if axes.rows is not None:  # every block of rows a parallel chunk of its own: see panel_fits
+            plan[axes.rows] = [axes.extents[axes.rows] // mr, 1, 1, mr]
         return plan
     parallel_left = chunks_wanted
     for i in _split_order(axes, spatial):
