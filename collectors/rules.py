@@ -249,10 +249,16 @@ def compute_location(task: Task, sch: Any, block_rv: Any) -> int | None:
     padded just before its window sweeps it, while it is in the L1 (the best on 5 of 8; root 0.45x)."""
     from collectors.tir import block_realizes
 
-    consumers = sch.get_consumers(block_rv)
+    # read from the IR, never through schedule primitives: those would be recorded in the trace,
+    # which must stay the sketch's for the language to encode the rules' program
+    buffer = sch.get(block_rv).writes[0].source
+    current = next(iter(sch.mod.functions.values()))
+    consumers = [(r.block, loops) for r, loops in block_realizes(current.body)
+                 if any(read.source.same_as(buffer) for read in r.block.reads)]
     if len(consumers) != 1:
         return None
-    name = str(sch.get(consumers[0]).name_hint)
+    block, loops = consumers[0]
+    name = str(block.name_hint)
     axes = block_axes(task.mod, name)
     if axes is None or not any(axes.reduce):
         return None
@@ -263,15 +269,18 @@ def compute_location(task: Task, sch: Any, block_rv: Any) -> int | None:
     outer = {str(v.name) for k, v in enumerate(realize.iter_values)  # the loops over batch and channels
              if k < axes.vector - 1 and not axes.reduce[k] and hasattr(v, "name")}
     best = ROOT
-    for d, rv in enumerate(sch.get_loops(consumers[0])):  # a decision is the loop's index in this nest
-        loop = sch.get(rv)
-        if _extent(sch, rv) == 1:  # never a location (CollectComputeLocation skips unit loops)
+    for d, loop in enumerate(loops):  # a decision is the loop's index in the consumer's nest
+        if _is_one(loop.extent):  # never a location (CollectComputeLocation skips unit loops)
             continue
         if _loop_axis(loop) not in outer:
             break
         if _legal_location(sch, block_rv, d):
             best = d
     return best
+
+
+def _is_one(extent: Any) -> bool:
+    return hasattr(extent, "value") and int(extent.value) == 1
 
 
 def _legal_location(sch: Any, block_rv: Any, decision: int) -> bool:

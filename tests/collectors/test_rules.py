@@ -354,6 +354,19 @@ def test_a_pad_is_never_inlined_by_the_rules_and_the_programs_compute_the_right_
         assert recs[0].error is None and recs[0].latency_s > 0, (task.task_name, recs[0].error)
 
 
+def test_the_rules_program_of_a_padded_convolution_stays_in_its_sketchs_language(cpu_hw):
+    """Choosing the pad's location must record nothing in the trace: a GetConsumers left there made
+    the rules' program of every padded convolution unencodable, so it dropped out of the served
+    pool (Whisper's conv1d: 15.6 ms served against the rules' 2.5 ms)."""
+    from tlm.language import encode
+    from tests.helpers.workloads import conv_mod, depthwise_conv_mod, make_task
+
+    for mod in (conv_mod(8, 14, 16), depthwise_conv_mod(16, 16, 5, 1)):
+        task = make_task(mod, "padded", "conv2d")
+        r = rule_schedule(task, cpu_hw)
+        assert encode(task, cpu_hw, r.schedule.trace).decisions
+
+
 def test_the_sketch_draw_of_compute_locations_stays_on_request_and_unknown_choices_are_refused(cpu_hw):
     from collectors.sketches import design_space
     from collectors.tir import as_module
