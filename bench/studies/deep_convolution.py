@@ -17,7 +17,7 @@ import argparse
 import os
 import time
 
-from bench._common import RESULTS, machine, refuse_beside_measuring, speed_over, write_noted
+from bench._common import RESULTS, refuse_beside_measuring, speed_over
 
 PLANS = ("auto", "sweep", "panel")
 
@@ -56,39 +56,26 @@ def main() -> None:
     args = ap.parse_args()
     refuse_beside_measuring("judge the deep convolution plan")
 
-    from bench.judging import CORPUS
-    from bench.references import known_references
+    from bench.studies.rule_variants import judge_variants, write_study
     from collectors.hardware import detect_hardware
-    from collectors.judge import Method, judge
     from collectors.rules import rule_schedule
-    from storage import Corpus
 
     hw = detect_hardware("cpu")
     out = args.out or os.path.join(RESULTS, f"deep_convolution-{hw.key.removeprefix('cpu-')}.json")
     tasks = deep_tasks(hw)
     print(f"{len(tasks)} convolutions take the deep plan on {hw.key}", flush=True)
-    rows, t0 = [], time.time()
-    with Corpus.open(CORPUS) as corpus:
-        for t in tasks:
-            methods = {f"rules_{p}": Method([rule_schedule(t, hw, blocking=p).schedule], 0.0) for p in PLANS}
-            methods |= known_references(t, hw, corpus)
-            res = judge(t, hw, methods, torch_eager=False)
-            lat = {n: v["latency_s"] for n, v in res.items() if isinstance(v, dict) and v.get("latency_s")}
-            rows.append({"task": t.task_name, "model": t.model, "workload_key": t.workload_key, "flops": t.flops,
-                         "weight": t.weight, "latency_s": lat})
-            print(t.model, t.task_name, {n: f"{v * 1e6:.1f} us" for n, v in lat.items()}, flush=True)
-    res = {"machine": machine(hw), "hardware": hw.key, "wall_s": round(time.time() - t0), "tasks": rows,
-           "summary": {"tasks": len(rows),
-                       "deep_over": {p: speed_over(rows, "rules_auto", f"rules_{p}") for p in ("sweep", "panel")},
-                       "deep_over_corpus_best": speed_over(rows, "rules_auto", "corpus_best"),
-                       "sweep_over_corpus_best": speed_over(rows, "rules_sweep", "corpus_best"),
-                       "deep_over_ms_256": speed_over(rows, "rules_auto", "ms_256"),
-                       "tasks_with_ms_256": sum("ms_256" in r["latency_s"] for r in rows),
-                       "tasks_with_corpus_best": sum("corpus_best" in r["latency_s"] for r in rows)}}
-    write_noted(res, out, report_md, None)
+    t0 = time.time()
+    rows = judge_variants(tasks, hw, {f"rules_{p}": (lambda t, p=p: rule_schedule(t, hw, blocking=p).schedule) for p in PLANS})
+    write_study(out, hw, t0, rows, {
+        "deep_over": {p: speed_over(rows, "rules_auto", f"rules_{p}") for p in ("sweep", "panel")},
+        "deep_over_corpus_best": speed_over(rows, "rules_auto", "corpus_best"),
+        "sweep_over_corpus_best": speed_over(rows, "rules_sweep", "corpus_best"),
+        "deep_over_ms_256": speed_over(rows, "rules_auto", "ms_256")}, report_md)
 
 
 def report_md(res: dict) -> str:
+    from bench.studies.rule_variants import latency_table
+
     s = res["summary"]
     f = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
     lines = [f"# The rules' deep plan for convolutions on {res['hardware']} ({res['machine'].get('cpu', '')})", "",
@@ -97,12 +84,8 @@ def report_md(res: dict) -> str:
              f"record {f(s['deep_over_corpus_best'])} (the sweep: {f(s['sweep_over_corpus_best'])}; "
              f"{s['tasks_with_corpus_best']} tasks); over MetaSchedule@256 {f(s['deep_over_ms_256'])} "
              f"({s['tasks_with_ms_256']} tasks). Written by `python -m bench.studies.deep_convolution`.", "",
-             "| model | task | deep, us | sweep | panel | corpus best | MS@256 |", "|---|---|---:|---:|---:|---:|---:|"]
-    for r in res["tasks"]:
-        lat = r["latency_s"]
-        g = lambda n: f"{lat[n] * 1e6:.1f}" if n in lat else "-"  # noqa: E731
-        lines.append(f"| {r['model']} | {r['task']} | {g('rules_auto')} | {g('rules_sweep')} | {g('rules_panel')} | "
-                     f"{g('corpus_best')} | {g('ms_256')} |")
+             ] + latency_table(res["tasks"], {"rules_auto": "deep, us", "rules_sweep": "sweep", "rules_panel": "panel",
+                                             "corpus_best": "corpus best", "ms_256": "MS@256"})
     return "\n".join(lines) + "\n"
 
 

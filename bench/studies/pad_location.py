@@ -16,7 +16,7 @@ import argparse
 import os
 import time
 
-from bench._common import RESULTS, machine, refuse_beside_measuring, speed_over, write_noted
+from bench._common import RESULTS, refuse_beside_measuring, speed_over
 
 
 def changed_tasks(hw) -> list:
@@ -39,40 +39,27 @@ def main() -> None:
     args = ap.parse_args()
     refuse_beside_measuring("judge the pad locations")
 
-    from bench.judging import CORPUS
-    from bench.references import known_references
+    from bench.studies.rule_variants import judge_variants, write_study
     from collectors.hardware import detect_hardware
-    from collectors.judge import Method, judge
     from collectors.rules import rule_schedule
-    from storage import Corpus
 
     hw = detect_hardware("cpu")
     out = args.out or os.path.join(RESULTS, f"pad_location-{hw.key.removeprefix('cpu-')}.json")
     tasks = changed_tasks(hw)
     print(f"{len(tasks)} tasks change on {hw.key}", flush=True)
-    rows, t0 = [], time.time()
-    with Corpus.open(CORPUS) as corpus:
-        for t in tasks:
-            methods = {"rules": Method([rule_schedule(t, hw).schedule], 0.0),
-                       "rules_sketch": Method([rule_schedule(t, hw, locations="sketch").schedule], 0.0)}
-            methods |= known_references(t, hw, corpus)
-            res = judge(t, hw, methods, torch_eager=False)
-            lat = {n: v["latency_s"] for n, v in res.items() if isinstance(v, dict) and v.get("latency_s")}
-            rows.append({"task": t.task_name, "model": t.model, "workload_key": t.workload_key, "flops": t.flops,
-                         "weight": t.weight, "latency_s": lat})
-            print(t.model, t.task_name, {n: f"{v * 1e6:.1f} us" for n, v in lat.items()}, flush=True)
-    res = {"machine": machine(hw), "hardware": hw.key, "wall_s": round(time.time() - t0), "tasks": rows,
-           "summary": {"tasks": len(rows),
-                       "rule_over_sketch": speed_over(rows, "rules", "rules_sketch"),
-                       "rule_over_corpus_best": speed_over(rows, "rules", "corpus_best"),
-                       "sketch_over_corpus_best": speed_over(rows, "rules_sketch", "corpus_best"),
-                       "rule_over_ms_256": speed_over(rows, "rules", "ms_256"),
-                       "tasks_with_ms_256": sum("ms_256" in r["latency_s"] for r in rows),
-                       "tasks_with_corpus_best": sum("corpus_best" in r["latency_s"] for r in rows)}}
-    write_noted(res, out, report_md, None)
+    t0 = time.time()
+    rows = judge_variants(tasks, hw, {"rules": lambda t: rule_schedule(t, hw).schedule,
+                                      "rules_sketch": lambda t: rule_schedule(t, hw, locations="sketch").schedule})
+    write_study(out, hw, t0, rows, {
+        "rule_over_sketch": speed_over(rows, "rules", "rules_sketch"),
+        "rule_over_corpus_best": speed_over(rows, "rules", "corpus_best"),
+        "sketch_over_corpus_best": speed_over(rows, "rules_sketch", "corpus_best"),
+        "rule_over_ms_256": speed_over(rows, "rules", "ms_256")}, report_md)
 
 
 def report_md(res: dict) -> str:
+    from bench.studies.rule_variants import latency_table
+
     s = res["summary"]
     f = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
     lines = [f"# Where the rules compute a convolution's pad, on {res['hardware']} ({res['machine'].get('cpu', '')})", "",
@@ -81,12 +68,8 @@ def report_md(res: dict) -> str:
              f"{f(s['sketch_over_corpus_best'])}; {s['tasks_with_corpus_best']} tasks); over MetaSchedule@256 "
              f"{f(s['rule_over_ms_256'])} ({s['tasks_with_ms_256']} tasks). Written by "
              "`python -m bench.studies.pad_location`.", "",
-             "| model | task | rule, us | sketch's draw, us | corpus best | MS@256 |", "|---|---|---:|---:|---:|---:|"]
-    for r in res["tasks"]:
-        lat = r["latency_s"]
-        g = lambda n: f"{lat[n] * 1e6:.1f}" if n in lat else "-"  # noqa: E731
-        lines.append(f"| {r['model']} | {r['task']} | {g('rules')} | {g('rules_sketch')} | {g('corpus_best')} | "
-                     f"{g('ms_256')} |")
+             ] + latency_table(res["tasks"], {"rules": "rule, us", "rules_sketch": "sketch's draw, us", "corpus_best": "corpus best",
+                                             "ms_256": "MS@256"})
     return "\n".join(lines) + "\n"
 
 
