@@ -21,7 +21,8 @@ contiguous axis):
   reduction), each chunk of the parallel loop one block of rows, re-reading the small panel
   rather than writing every row's output at once (a 112 x 112 1x1 convolution 1.6x so).
   Elsewhere (the dense matmuls of BERT and ViT, K 768-3072) the **sweep** plan: S2 holds the L2
-  block, columns of micro-tiles whose input panels share half the L2, rows a quarter;
+  block, columns of micro-tiles whose input panels share half the L2, rows a quarter (a one-row
+  micro-tile, ViT's 197 prime tokens: as few columns as keep its accumulators in the L1);
 * **parallel outer loops** (S0): about 8 chunks per core (load balance without tiny tasks):
   the sweep splits first the loops whose chunks read the least input again (``reread``), the
   panel plan the blocks of rows, columns and the other axes; a task whose work is less than starting
