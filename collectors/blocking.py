@@ -258,8 +258,6 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
     inner_reduction = INNER_REDUCTION
     deep = plan_kind == "auto" and sum(axes.reduce) > 1 and not panel and not serial  # the docstring's last point
-    if deep:
-        inner_reduction = l1
     if regs >= 32 and sum(axes.reduce) == 1 and not serial and not panel:  # AVX-512's matmul sweep: taller, deeper kc
         tall = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, max_vectors=2)
         if tall[0] >= SWEEP_ROWS_32:
@@ -269,7 +267,8 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     if axes.rows is not None:
         inner[axes.rows] = mr
     plan: dict[int, list[int]] = {}
-    k_left = max(1, min(inner_reduction, l1 // 2 // (4 * (mr + nr))))
+    l1_rule = l1 // 2 // (4 * (mr + nr))  # both micro-panels within half the L1
+    k_left = max(1, l1_rule if deep else min(inner_reduction, l1_rule))
     kc = 1
     for i in reversed(range(len(axes.extents))):
         if axes.reduce[i]:
@@ -284,7 +283,6 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
             plan[i] = [1, 1, rest, inner[i]]  # S0 and S1 would be fused into a parallel loop
         return plan
     l2 = l2_bytes(hardware)
-    chunks_wanted = hardware.cores * CHUNKS_PER_CORE
     if panel:
         for i in spatial:
             if i == axes.rows:
@@ -295,7 +293,7 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
         if axes.rows is not None:  # every block of rows a parallel chunk of its own: see panel_fits
             plan[axes.rows] = [axes.extents[axes.rows] // mr, 1, 1, mr]
         return plan
-    parallel_left = chunks_wanted
+    parallel_left = hardware.cores * CHUNKS_PER_CORE
     for i in _split_order(axes, spatial):
         rest = axes.extents[i] // inner[i]
         t0 = largest_divisor(rest, parallel_left)

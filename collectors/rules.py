@@ -73,7 +73,7 @@ from typing import Any
 from collectors.blocking import (CHUNKS_PER_CORE, INNER_REDUCTION, PLANS, block_axes, blocked_plan, divisors,
                                  l1_bytes, largest_divisor, unvectorized)
 from collectors.hardware import Hardware
-from collectors.sketches import design_space, refusing_postproc
+from collectors.sketches import design_space, probe_compute_location, refusing_postproc
 from collectors.tasks import Task
 from collectors.threads import task_parallel_target
 from collectors.tir import as_module, vector_lanes
@@ -271,28 +271,13 @@ def compute_location(task: Task, sch: Any, block_rv: Any) -> int | None:
              if k < axes.vector - 1 and not axes.reduce[k] and hasattr(v, "name")}
     best = ROOT
     for d, loop in enumerate(loops):  # a decision is the loop's index in the consumer's nest
-        if _is_one(loop.extent):  # never a location (CollectComputeLocation skips unit loops)
+        if _for_extent(loop) == 1:  # never a location (CollectComputeLocation skips unit loops)
             continue
         if _loop_axis(loop) not in outer:
             break
-        if _legal_location(sch, block_rv, d):
+        if probe_compute_location(sch, block_rv, d) == d:  # legal here
             best = d
     return best
-
-
-def _is_one(extent: Any) -> bool:
-    return hasattr(extent, "value") and int(extent.value) == 1
-
-
-def _legal_location(sch: Any, block_rv: Any, decision: int) -> bool:
-    """Whether ``decision`` is a legal compute location of ``block_rv`` now (TVM falls back to
-    the largest legal one below an illegal decision); the probe is taken back."""
-    rv = sch.sample_compute_location(block_rv, decision=decision)
-    trace = sch.trace
-    got = int(trace.decisions[trace.insts[-1]])
-    trace.pop()
-    sch.remove_rv(rv)
-    return got == decision
 
 
 def _loop_axis(loop: Any) -> str:
@@ -356,7 +341,12 @@ def _tile_roles(trace: Any) -> dict[int, tuple[str, int, int, int]]:
 
 
 def _extent(sch: Any, loop: Any) -> int | None:
-    ext = sch.get(loop).extent
+    return _for_extent(sch.get(loop))
+
+
+def _for_extent(loop: Any) -> int | None:
+    """A ``For`` loop's extent (None: symbolic)."""
+    ext = loop.extent
     return int(ext.value) if hasattr(ext, "value") else None
 
 

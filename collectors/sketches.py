@@ -114,6 +114,18 @@ def _insts_json(trace: Any, simplify: bool) -> list:
     raise TypeError(f"expected a Trace, a Schedule or trace JSON, got {type(trace).__name__}")
 
 
+def probe_compute_location(sch: Any, block_rv: Any, decision: int) -> int:
+    """The ``SampleComputeLocation`` decision TVM takes for ``decision`` on ``block_rv`` now: it
+    when legal, else the largest legal one below it (-1 root, -2 inline); the probe's
+    instruction is taken back out of the trace, which stays the sketch's."""
+    rv = sch.sample_compute_location(block_rv, decision=decision)
+    trace = sch.trace
+    got = int(trace.decisions[trace.insts[-1]])
+    trace.pop()
+    sch.remove_rv(rv)
+    return got
+
+
 _POSTPROCS: dict[tuple, tuple] = {}
 
 

@@ -160,7 +160,8 @@ def test_compute_locations_equal_brute_force_probes(tasks, cpu_hw, name):
     """Every location TVM keeps when asked for it directly, and no other, is listed."""
     from tvm.s_tir.schedule import Schedule, Trace
 
-    from tlm.language.replay import _probe, compute_locations
+    from collectors.sketches import probe_compute_location
+    from tlm.language.replay import compute_locations
 
     task = tasks[name]
     checked = 0
@@ -171,7 +172,7 @@ def test_compute_locations_equal_brute_force_probes(tasks, cpu_hw, name):
             nonlocal checked
             if inst.kind.name == "SampleComputeLocation":
                 listed = compute_locations(sch, inputs[0])
-                brute = [d for d in range(-2, 40) if _probe(sch, inputs[0], d) == d]
+                brute = [d for d in range(-2, 40) if probe_compute_location(sch, inputs[0], d) == d]
                 assert listed == brute
                 checked += 1
             return decision

@@ -29,6 +29,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from collectors.sketches import probe_compute_location
 from tlm.language.trace_flow import made_by
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def compute_locations(sch: Any, block_rv: Any) -> list[int]:
     found: list[int] = []
     d = _PROBE_MAX
     while True:
-        got = _probe(sch, block_rv, d)
+        got = probe_compute_location(sch, block_rv, d)
         if got < 0:
             break
         found.append(got)
@@ -49,18 +50,10 @@ def compute_locations(sch: Any, block_rv: Any) -> list[int]:
             break
         d = got - 1
     found.append(-1)
-    if _probe(sch, block_rv, -2) == -2:
+    if probe_compute_location(sch, block_rv, -2) == -2:
         found.append(-2)
     return sorted(found)
 
-
-def _probe(sch: Any, block_rv: Any, decision: int) -> int:
-    rv = sch.sample_compute_location(block_rv, decision=decision)
-    trace = sch.trace
-    got = int(trace.decisions[trace.insts[-1]])
-    trace.pop()
-    sch.remove_rv(rv)
-    return got
 
 
 #: Compute-location candidates by (space key, sketch, instruction, which earlier tile factors
@@ -109,7 +102,7 @@ class Domain:
         locs = _LOCATION_CACHE.get(self.key) if self.key is not None else None
         if locs is not None:
             return loc in locs
-        return _probe(self.sch, self.block_rv, loc) == loc
+        return probe_compute_location(self.sch, self.block_rv, loc) == loc
 
 
 class ReplayAborted(Exception):
