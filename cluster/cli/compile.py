@@ -17,8 +17,8 @@ the compile time split into extraction, generation, measurement and build.
 example_args)``. ``--out`` writes the compiled library (``Executable.export_library``).
 With ``--corpus``, the measured candidates of ``--top-k`` are appended (the closed loop).
 ``--budget N`` / ``--time-budget S`` measure where the whole model gains most
-(``tlm.service.whole_model.spend_budget``): each task's ranked candidates, then, for a model
-loaded here, the model-seeded search from what was measured.
+(``tlm.service.whole_model.spend_budget``): each task's ranked candidates, then the
+model-seeded search from what was measured (with ``--endpoint`` too: the search runs here).
 """
 from __future__ import annotations
 
@@ -344,19 +344,20 @@ def _hardware(args: argparse.Namespace, root: str | None) -> Any:
 
 def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list, console: Any) -> tuple[Any, str, Any]:
     """The schedule source the options ask for, the model id it names (or the endpoint), and
-    the search a budget goes on with once a task's ranked pool is measured (a model loaded here
-    only: the model-seeded search with its cost model). A model loaded here ranks each task's
+    the search a budget goes on with once a task's ranked pool is measured: the model-seeded
+    search, with the cost model the server would rank with (asking a server: the key's shipped
+    cost model, else MetaSchedule's own). A model loaded here ranks each task's
     pool sized by the task's weight in the model. Without ``--tlm-model``, the model the server
     would pick (``catalog.serving_model``): on a key with no model of its own, the nearest one,
     said (``args.model_fallback``)."""
-    from tlm.service.catalog import ranker_for, resolve_model, serving_model
+    from tlm.service.catalog import key_cost_model, ranker_for, resolve_model, serving_model
     from tlm.model.network import load_model
     from tlm.service.whole_model import endpoint_source, local_source, search_improver, weighted_pools
 
     if args.endpoint:
         return (endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN"), rank=not args.no_rank,
                                 pools=weighted_pools(tasks)),
-                f"endpoint {args.endpoint}", None)
+                f"endpoint {args.endpoint}", search_improver(hw, None if args.no_rank else key_cost_model(hw.key)))
     if args.tlm_model:
         entry = resolve_model(args.tlm_model, corpus)
     else:  # as the server answers: the key's own model, else the nearest one (a fallback, said)

@@ -151,6 +151,37 @@ def test_an_anytime_budget_measures_where_the_model_gains_most_and_the_next_comp
     assert heaviest["task"] in {t["task"] for t in timed["per_task"] if t["latency_s"]}
 
 
+def test_a_budget_asking_a_server_goes_on_with_the_search_once_the_servers_candidates_are_measured(
+        tiny_dir, tmp_path, monkeypatch, capsys):
+    """``--endpoint URL --budget N``: the server's ranked candidates are measured first, then
+    the model-seeded search runs here from them (before: with no model loaded, a task whose
+    pool was measured was done, and the rest of the budget went unspent). The endpoint is the
+    tiny model behind ``endpoint_source``'s interface, answering one candidate a task."""
+    import tlm.service.whole_model as whole_model
+    from collectors.hardware import detect_hardware
+    from storage import Corpus
+    from tlm.model.network import load_model
+
+    model, tok, _ = load_model(tiny_dir)
+    local = whole_model.local_source(detect_hardware("cpu"), model, tok, "tiny-served")
+    asked = []
+
+    def fake_endpoint(url, hardware_key, **kw):
+        asked.append(url)
+        return lambda task, k: local(task, 1)
+
+    monkeypatch.setattr(whole_model, "endpoint_source", fake_endpoint)
+    (tmp_path / "user_net.py").write_text(USER_MODEL)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", "--module", "user_net:make", "--endpoint", "http://127.0.0.1:9", "--corpus",
+                 str(tmp_path / "c"), "--no-torch-compile", "--json", "--budget", "12"]) == 0
+    report = _report(capsys)
+    assert asked == ["http://127.0.0.1:9"] and report["correct"] and report["measurements"] == 12
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        tuners = corpus.scan(columns=["tuner"]).column("tuner").to_pylist()
+    assert tuners[:2] == ["tvm-default", "tlm:tiny-served"] and "tlm-seeded:tiny-served" in tuners[2:]
+
+
 @pytest.mark.slow
 def test_compile_on_a_key_without_a_model_of_its_own_uses_the_nearest_and_says_so(tmp_path, monkeypatch, capsys):
     """As the server does (``catalog.serving_model``): a deployer on a CPU no shipped model was

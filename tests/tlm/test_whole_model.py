@@ -101,3 +101,21 @@ def test_once_the_ranked_pool_is_measured_the_model_seeded_search_goes_on_from_i
     fastest = min((r for r in records if r.latency_s is not None), key=lambda r: r.latency_s)
     assert ts.latency_s == fastest.latency_s
     assert ts.source == {"tvm-default": "default", "tlm:test-model": "model"}.get(fastest.tuner, "search")
+
+
+def test_a_search_with_no_model_at_hand_is_named_after_the_model_whose_candidates_seeded_it(cpu_hw):
+    """A compile that asks a server (``--endpoint``) has no model loaded: the search after the
+    ranked pool still runs here, its records under ``tlm-seeded:<the model that answered>``,
+    read from the seeds' records."""
+    from collectors.rules import rule_schedule
+    from collectors.tir import trace_json
+    from tlm.service.whole_model import search_improver, spend_budget
+
+    task = make_task(matmul(64, 64, 64), "matmul", "matmul")
+    rules = trace_json(rule_schedule(task, cpu_hw).schedule.trace)
+    served = lambda t, k: Proposal([rules], "served-model", 0.0)  # noqa: E731
+    [ts] = schedule_tasks([task], cpu_hw, served)
+    records: list = []
+    spend_budget([ts], cpu_hw, served, budget=4, on_records=records.extend, improve=search_improver(cpu_hw, None))
+    assert [r.tuner for r in records] == ["tvm-default", "tlm:served-model", "tlm-seeded:served-model",
+                                          "tlm-seeded:served-model"]

@@ -184,6 +184,16 @@ def ranker_of(path: str) -> Any:
     return CostModel.load(path) if os.path.exists(os.path.join(path, COST_MODEL_FILE)) else None
 
 
+def key_cost_model(hardware_key: str, *, cost_models: str = SHIPPED_COST_MODELS) -> Any:
+    """The cost model shipped for ``hardware_key`` (fitted on what the shipped corpus measured on
+    it), or None: what ranks or searches for a key when no model directory is at hand (a compile
+    that asks a server for its candidates still searches here, with this key's model)."""
+    from collectors.cost_model import COST_MODEL_FILE, CostModel
+
+    shipped = os.path.join(cost_models, hardware_key)
+    return CostModel.load(shipped) if os.path.exists(os.path.join(shipped, COST_MODEL_FILE)) else None
+
+
 def ranker_for(path: str, hardware_key: str, *, cost_models: str = SHIPPED_COST_MODELS) -> tuple[Any, str]:
     """The cost model that ranks ``hardware_key``'s candidates of the model at ``path``, and
     where it comes from: the model's own when it was fitted for this key; else the key's shipped
@@ -195,9 +205,9 @@ def ranker_for(path: str, hardware_key: str, *, cost_models: str = SHIPPED_COST_
     own = CostModel.load(path) if os.path.exists(os.path.join(path, COST_MODEL_FILE)) else None
     if own is not None and own.config.hardware_key == hardware_key:
         return own, f"the model's own, fitted for {hardware_key}"
-    shipped = os.path.join(cost_models, hardware_key)
-    if os.path.exists(os.path.join(shipped, COST_MODEL_FILE)):
-        return CostModel.load(shipped), f"{hardware_key}'s shipped cost model ({_fitted_on(shipped)})"
+    shipped = key_cost_model(hardware_key, cost_models=cost_models)
+    if shipped is not None:
+        return shipped, f"{hardware_key}'s shipped cost model ({_fitted_on(os.path.join(cost_models, hardware_key))})"
     if own is not None:
         return own, f"the model's own, fitted for {own.config.hardware_key}"
     return None, "no cost model: ranked by likelihood"

@@ -181,15 +181,19 @@ SEARCH_BATCH = 16
 Improver = Callable[[Task, int, list, "Callable[[list], None] | None"], list]
 
 
-def search_improver(hardware: Hardware, ranker: Any, model_id: str) -> Improver:
+def search_improver(hardware: Hardware, ranker: Any, model_id: str | None = None) -> Improver:
     """The model-seeded search as a budget's second phase: MetaSchedule's evolutionary search
     from the task's measured records (the model's candidates and TVM's default), with the key's
     cost model (``ranker``; None: MetaSchedule's own, fresh), its records under
-    ``tlm-seeded:<model id>`` like ``tlm collect --strategy tlm-seeded``'s."""
+    ``tlm-seeded:<model id>`` like ``tlm collect --strategy tlm-seeded``'s. ``model_id`` None:
+    the model whose candidates seeded it, read from their records (``tlm:<model id>``): a compile
+    that asks a server for candidates learns which model answered only from its answers."""
     from tlm.service.seeded import search_more, seeded_tuner_name
 
     def improve(task: Task, trials: int, records: list, on_records: Callable[[list], None] | None) -> list:
-        return search_more(task, hardware, records, trials, ranker=ranker, tuner=seeded_tuner_name(model_id),
+        name = model_id or next((r.tuner.removeprefix("tlm:") for r in records if r.tuner.startswith("tlm:")),
+                                "unknown")
+        return search_more(task, hardware, records, trials, ranker=ranker, tuner=seeded_tuner_name(name),
                            seed=len(records), on_records=on_records)
 
     return improve
