@@ -55,7 +55,6 @@ def compute_locations(sch: Any, block_rv: Any) -> list[int]:
     return sorted(found)
 
 
-
 #: Compute-location candidates by (space key, sketch, instruction, which earlier tile factors
 #: are 1, earlier locations): these fix which loops exist, which are unit loops (skipped by
 #: CollectComputeLocation) and where blocks are attached, so the candidates are a function of

@@ -188,10 +188,7 @@ def key_cost_model(hardware_key: str, *, cost_models: str = SHIPPED_COST_MODELS)
     """The cost model shipped for ``hardware_key`` (fitted on what the shipped corpus measured on
     it), or None: what ranks or searches for a key when no model directory is at hand (a compile
     that asks a server for its candidates still searches here, with this key's model)."""
-    from collectors.cost_model import COST_MODEL_FILE, CostModel
-
-    shipped = os.path.join(cost_models, hardware_key)
-    return CostModel.load(shipped) if os.path.exists(os.path.join(shipped, COST_MODEL_FILE)) else None
+    return ranker_of(os.path.join(cost_models, hardware_key))
 
 
 def ranker_for(path: str, hardware_key: str, *, cost_models: str = SHIPPED_COST_MODELS) -> tuple[Any, str]:
@@ -200,9 +197,7 @@ def ranker_for(path: str, hardware_key: str, *, cost_models: str = SHIPPED_COST_
     cost model (fitted on what the shipped corpus measured on this key); else the model's own,
     fitted for another key (it still ranks better than the likelihood: bench/results/hardware.md);
     else ``(None, why)``: the generator ranks by likelihood."""
-    from collectors.cost_model import COST_MODEL_FILE, CostModel
-
-    own = CostModel.load(path) if os.path.exists(os.path.join(path, COST_MODEL_FILE)) else None
+    own = ranker_of(path)
     if own is not None and own.config.hardware_key == hardware_key:
         return own, f"the model's own, fitted for {hardware_key}"
     shipped = key_cost_model(hardware_key, cost_models=cost_models)
