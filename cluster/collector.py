@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Any
+from typing import Any, Callable
 
 from collectors.collect import UnitOutcome, collect_unit
 from collectors.hardware import Hardware
@@ -78,6 +78,12 @@ class Collector:
         makes a restarted driver (or a retry racing a slow success) cheap and safe.
         """
         return collect_unit(self.corpus, task, self.hardware, tune_config, run_id=self.run_id, node_id=self.node_id)
+
+    def run_here(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(this node's hardware, *args)``, while this actor holds the device's measurement
+        slot: work that measures on the key's device outside a collection, such as a whole-model
+        compile (``cluster/node_job.py``)."""
+        return fn(self.hardware, *args)
 
 
 def _node_id() -> str:

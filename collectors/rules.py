@@ -86,6 +86,8 @@ REGISTER_ROWS = 8
 OUTER_BLOCK = 32
 #: Unroll ``max_step`` chosen where a sketch samples one.
 UNROLL_STEP = 64
+#: The steps a CPU sketch samples from (MetaSchedule's ``ParallelizeVectorizeUnroll`` rule, ``unroll_max_steps``).
+UNROLL_STEPS = (0, 16, 64, 512)
 #: Where producers are computed (``rule_schedule(locations=...)``): by :func:`compute_location`,
 #: or where the design space's draw put them (the rules before 2026-12-06).
 LOCATIONS = ("rule", "sketch")
@@ -104,14 +106,15 @@ class RuleSchedule:
 
 
 def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, blocking: str = "auto",
-                  locations: str = "rule") -> RuleSchedule:
+                  locations: str = "rule", unroll: int = UNROLL_STEP) -> RuleSchedule:
     """The rule-chosen, postprocessed schedule of ``task`` for a CPU ``hardware``.
 
     ``blocked=False``: the Roller-style tiles alone (the rule baseline before the blocked plan,
     kept to measure one against the other: bench/studies/rules.py); ``blocking``: which blocked
     plan (:data:`PLANS`); ``locations``: where a producer (a convolution's pad) is computed,
     "rule" (:func:`compute_location`) or "sketch" (the design space's own draw, as the rules
-    left it before; bench/studies/pad_location.py measures one against the other). Raises ``ValueError`` for a
+    left it before; bench/studies/pad_location.py measures one against the other); ``unroll``: the
+    ``max_step`` taken where the sketch samples one (bench/studies/unroll.py). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
     if hardware.kind != "cpu":
@@ -120,6 +123,8 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
         raise ValueError(f"unknown blocked plan {blocking!r}; one of {', '.join(PLANS)}")
     if locations not in LOCATIONS:
         raise ValueError(f"unknown compute locations {locations!r}; one of {', '.join(LOCATIONS)}")
+    if unroll not in UNROLL_STEPS:
+        raise ValueError(f"unroll step {unroll} is none a sketch samples; one of {', '.join(map(str, UNROLL_STEPS))}")
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
     short = _longest_reduction(task) <= 2 * vector_lanes(hardware.vector_bits, "float32")
@@ -129,7 +134,7 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     refused = []
     serial = task_parallel_target(task, hardware) == 1
     for i in order:
-        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking, locations)
+        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking, locations, unroll)
         why = refusing_postproc(sch, task, hardware)
         if why is None:
             return RuleSchedule(sch, i, decisions, time.perf_counter() - t0)
@@ -183,7 +188,8 @@ def rfactor_split(extent: int, max_inner: int) -> list[int]:
 
 
 def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True,
-                 serial: bool = False, blocking: str = "auto", locations: str = "rule") -> tuple[Any, dict]:
+                 serial: bool = False, blocking: str = "auto", locations: str = "rule",
+                 unroll: int = UNROLL_STEP) -> tuple[Any, dict]:
     """Replay a sketch with every decision chosen by rule (``serial``: no parallel loop, the task
     is smaller than what starting one saves); the schedule and the decisions."""
     from tvm.s_tir.schedule import Schedule
@@ -220,7 +226,7 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
             if window:  # a window plan's scalar outputs: the whole window unrolled (blocking.window_plan)
                 pick = values.index(max(values))
             else:
-                pick = values.index(UNROLL_STEP) if UNROLL_STEP in values else len(values) // 2
+                pick = values.index(unroll) if unroll in values else len(values) // 2
             chosen[i] = pick
             return pick
         if kind == "SampleComputeLocation" and locations == "rule":

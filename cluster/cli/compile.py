@@ -19,6 +19,8 @@ With ``--corpus``, the measured candidates of ``--top-k`` are appended (the clos
 ``--budget N`` / ``--time-budget S`` measure where the whole model gains most
 (``tlm.service.whole_model.spend_budget``): each task's ranked candidates, then the
 model-seeded search from what was measured (with ``--endpoint`` too: the search runs here).
+``--address`` compiles on a node of ``--hardware`` in a Ray cluster, through a collection actor
+of that key (``cluster.node_job``; docs/cluster.md).
 """
 from __future__ import annotations
 
@@ -73,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--exact-exp", action="store_true",
                    help="TVM's own exp (a libm call per vector lane) instead of the vectorized one every build gets "
                         "(collectors/fast_math.py: within 1e-7, EfficientNet-B0 1.9x faster)")
+    p.add_argument("--address", default=None, metavar="auto|ray://HOST:10001|local",
+                   help="compile on a node of --hardware in this Ray cluster, through a collection actor of that "
+                        "key (its measurement slot held: no collector measures beside it); the measurements land "
+                        "in the shared --corpus, --out is written here ('local': a local Ray of this machine)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run_compile)
 
@@ -95,16 +101,68 @@ def load_factory(spec: str) -> tuple[Any, tuple]:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    from cluster.cli.compile_report import print_report
+
     with user_errors(ValueError):
-        report = compile_with_tlm(args)
+        report = compile_on_cluster(args) if args.address else compile_with_tlm(args)
+    print_report(report, stream=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     return 0 if report["correct"] else 1
 
 
-def compile_with_tlm(args: argparse.Namespace) -> dict:
+def compile_on_cluster(args: argparse.Namespace) -> dict:
+    """The command on a node of ``--hardware`` (``cluster.node_job``): the model built there (a
+    zoo model from its config; ``--module``'s here, sent by value, so the node needs not have the
+    user's module), the records in the shared corpus, ``--out`` written here. The report says
+    where it ran (``node``)."""
+    from rich.console import Console
+
+    from cluster.node_job import NodeJob, run_on_node
+
+    _check_options(args)
+    console = Console(stderr=True)
+    user_model = None
+    if args.module is not None:
+        import ray.cloudpickle
+
+        user_model = _user_model(args)  # the factory's module goes by value: the node needs only the libraries
+        ray.cloudpickle.register_pickle_by_value(sys.modules[args.module.partition(":")[0]])
+    job = NodeJob(corpus_root(args), index_url(args), None if args.address == "local" else args.address, args.hardware)
+    on_node = argparse.Namespace(**vars(args))
+    on_node.corpus, on_node.index_url, on_node.address, on_node.hardware = job.corpus_root, job.index_url, None, None
+    report, where = run_on_node(
+        job, "compile", compile_on_node, on_node, user_model,
+        params={"model": args.model or args.module, "budget": args.budget, "time_budget_s": args.time_budget},
+        announce=lambda w: console.print(f"compiling on {w['host']} (Ray node {w['node_id'][:12]}, "
+                                         f"{w['hardware_key']}), through its collection actor"))
+    library = report.pop("library", None)
+    if args.out and library is not None:
+        with open(args.out, "wb") as f:
+            f.write(library)
+        report["out"] = args.out
+    return report | {"node": where}
+
+
+def compile_on_node(hw: Any, args: argparse.Namespace, user_model: tuple | None) -> dict:
+    """:func:`compile_with_tlm` on the node a collection actor holds (``hw``: its hardware), the
+    compiled library's bytes in the report (``library``) when ``--out`` asked for it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tlm-compile-") as d:
+        wanted, args.out = args.out, (os.path.join(d, "model.so") if args.out else None)
+        report = compile_with_tlm(args, hardware=hw, user_model=user_model)
+        if wanted:
+            with open(args.out, "rb") as f:
+                report["library"] = f.read()
+    return report
+
+
+def compile_with_tlm(args: argparse.Namespace, *, hardware: Any = None, user_model: tuple | None = None) -> dict:
     """The whole command (the report as a dict): the model's tasks, their schedules, the build,
-    its check against PyTorch and the timings. UsageError (or ValueError) for the user's mistakes."""
+    its check against PyTorch and the timings. UsageError (or ValueError) for the user's mistakes.
+    ``hardware`` (a node's, ``compile_on_node``) instead of ``--hardware``'s or this machine's;
+    ``user_model``: ``(module, example args, name)`` already built."""
     import logging
 
     from rich.console import Console
@@ -119,10 +177,10 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
     root = _corpus(args)
     if args.corpus_best and root is None:
         raise UsageError("--corpus-best needs a corpus (--corpus DIR or $TLM_CORPUS)")
-    hw = _hardware(args, root)
+    hw = hardware if hardware is not None else _hardware(args, root)
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    module, example, name = _user_model(args)
+    module, example, name = user_model or _user_model(args)
     # --corpus-best builds with the corpus's records, measured on the graph as collected: kept unfolded
     fold = not (args.keep_batch_norm or args.corpus_best)
     relax_mod = import_relax(module, example, fold_batch_norm=fold)
@@ -169,8 +227,6 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
         console.print(f"[yellow]{why}[/yellow]")
     if args.out:
         (tuned if shipped == "tlm" else untuned).export_library(args.out)
-        console.print(f"wrote {args.out} ({'served schedules' if shipped == 'tlm' else 'the untuned build'}); "
-                      f"run it with TVM_NUM_THREADS={hw.cores}, the cores it was timed on (collectors.threads)")
     report = {
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "model_fallback": getattr(args, "model_fallback", None),
@@ -180,7 +236,7 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
         "from_corpus": sum(1 for c in chosen if c.source == "corpus"),
         "default_lowering": [{"task": c.task.task_name, "why": c.error} for c in chosen if c.trace is None],
         "correct": correct, "max_abs_err": err, "latency": lat, "compile_time": times,
-        "shipped": shipped, "shipped_why": why,
+        "shipped": shipped, "shipped_why": why, "out": args.out, "cores": hw.cores,
         # with a budget that changed a schedule: whether the build holds its schedules (per_task) or
         # those before it, faster on the whole model (latency: budget_s beside unmeasured_s)
         "budget_built": None if before is None else budget_why is None, "budget_why": budget_why,
@@ -189,7 +245,6 @@ def compile_with_tlm(args: argparse.Namespace) -> dict:
                       "latency_s": c.latency_s, "default_s": c.default_s, "generate_s": c.generate_s, "measure_s": c.measure_s,
                       "error": c.error} for c in chosen],
     }
-    _print(report, stream=sys.stderr if args.json else sys.stdout)
     return report
 
 
@@ -232,6 +287,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any,
     with a budget, the schedules before it (None without one)."""
     import copy
 
+    from cluster.cli.compile_report import TaskProgress
     from tlm.service.whole_model import schedule_tasks
 
     corpus = None
@@ -253,7 +309,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any,
             if known:
                 console.print(f"{len(known)} of {len(tasks)} tasks measured on {hw.key} in the corpus: their "
                               "fastest records are used (--no-corpus: the model writes every one)")
-        with _bar(console, len(tasks)) as advance:
+        with TaskProgress(console, len(tasks)) as advance:
             chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance,
                                     known=known)
         args.measurements = 0
@@ -372,29 +428,6 @@ def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list, console
             search_improver(hw, ranker, entry.model_id))
 
 
-class _bar:
-    """A rich progress bar over tasks (context manager giving the per-task callback)."""
-
-    def __init__(self, console: Any, total: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(TextColumn("scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("{task.description}"), console=console, transient=False)
-        self.total = total
-
-    def __enter__(self) -> Any:
-        self.progress.start()
-        task = self.progress.add_task("", total=self.total)
-
-        def advance(ts: Any) -> None:
-            self.progress.update(task, advance=1, description=ts.task.task_name)
-
-        return advance
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.stop()
-
-
 def _time_corpus_best(root: str, args: argparse.Namespace, hw: Any, relax_mod: Any,
                       example: tuple) -> tuple[float, float, int]:
     """``(latency, build seconds, tasks with a record)`` of the model built with the corpus's
@@ -413,39 +446,3 @@ def _time_corpus_best(root: str, args: argparse.Namespace, hw: Any, relax_mod: A
         built = compile_model(relax_mod, hw, ms.database.JSONDatabase(work_dir=d), fast_exp=not args.exact_exp)
         build_s = time.perf_counter() - t0
     return time_model(built, example, hw), build_s, rep.workloads
-
-
-def _print(report: dict, *, stream: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    lat, times = report["latency"], report["compile_time"]
-    table = Table(title=f"{report['model']} on {report['hardware']} ({report['model_id']}, top-{report['top_k']})")
-    for col in ("build", "latency ms", "vs TLM", "compile s"):
-        table.add_column(col, justify="right" if col != "build" else "left")
-    rows = [("TLM schedules", lat["tlm_s"], times["generate_s"] + times["measure_s"] + times["build_s"]),
-            ("TVM untuned", lat["untuned_s"], times["untuned_build_s"]),
-            ("PyTorch eager", lat["torch_eager_s"], 0.0)]
-    if "unmeasured_s" in lat:  # a budget changed schedules: the two builds, whichever ships
-        kept = report["budget_built"]
-        rows.append(("TLM, before the budget" if kept else "TLM, the budget's schedules",
-                     lat["unmeasured_s"] if kept else lat["budget_s"], times["build_s"]))
-    if "torch_compile_s" in lat:
-        rows.append(("torch.compile", lat["torch_compile_s"], times["torch_compile_s"]))
-    if "corpus_best_s" in lat:
-        rows.append((f"corpus best ({times['corpus_best_tasks']} tasks)", lat["corpus_best_s"],
-                     times["corpus_best_build_s"]))
-    for label, s, c in rows:
-        table.add_row(label, f"{s * 1e3:.3f}", f"{s / lat['tlm_s']:.2f}x", f"{c:.1f}")
-    Console(file=stream).print(table)
-    print(f"output vs PyTorch: max abs err {report['max_abs_err']:.2e} ({'ok' if report['correct'] else 'MISMATCH'}); "
-          f"{report['scheduled']}/{report['tasks']} tasks scheduled ({report['from_corpus']} from the corpus's "
-          f"measured records, the rest by the TLM); compile time: extract "
-          f"{times['extract_s']:.1f} s, generate {times['generate_s']:.1f} s, measure {times['measure_s']:.1f} s, "
-          f"build {times['build_s']:.1f} s", file=stream)
-    for d in report["default_lowering"]:
-        print(f"  default lowering: {d['task']}: {d['why']}", file=stream)
-    if report.get("budget_why"):
-        print(f"built: {report['budget_why']}", file=stream)
-    if report["shipped"] != "tlm":
-        print(f"shipped: {report['shipped_why']}", file=stream)

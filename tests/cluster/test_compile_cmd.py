@@ -183,6 +183,42 @@ def test_a_budget_asking_a_server_goes_on_with_the_search_once_the_servers_candi
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+def test_a_compile_on_a_cluster_runs_on_a_node_of_the_key_through_its_collection_actor(tiny_dir, tmp_path):
+    """``--address``: the compile runs in a collection actor of the key (not in the driver), the
+    user's module reaches the node by value (the actor's process cannot import it), the budget's
+    measurements land in the shared corpus as a "compile" run, and ``--out`` is written here."""
+    import subprocess
+    import sys
+
+    import tvm
+
+    from collectors.hardware import detect_hardware
+    from storage import Corpus
+    from tests.helpers import subprocess_env
+
+    (tmp_path / "user_net.py").write_text(USER_MODEL)
+    key = detect_hardware("cpu").key
+    argv = [sys.executable, "-m", "cluster.cli", "compile", "--module", "user_net:make", "--tlm-model", tiny_dir,
+            "--address", "local", "--hardware", key, "--corpus", str(tmp_path / "c"), "--budget", "3",
+            "--out", str(tmp_path / "net.so"), "--no-torch-compile", "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=subprocess_env(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    assert report["correct"] and report["hardware"] == key and 0 < report["measurements"] <= 3
+    node = report["node"]
+    assert node["hardware_key"] == key and node["pid"] != proc.pid and node["tvm_num_threads"]
+    assert "compiling on" in proc.stderr and "through its collection actor" in proc.stderr
+    with Corpus.open(str(tmp_path / "c")) as corpus:
+        stored = corpus.scan(columns=["hardware_key"]).column("hardware_key").to_pylist()
+        runs = [r for r in corpus.runs() if r["kind"] == "compile"]
+    assert stored == [key] * report["measurements"]
+    assert [r["status"] for r in runs] == ["done"]
+    assert report["out"] == str(tmp_path / "net.so") and tvm.runtime.load_module(report["out"])
+
+
+@pytest.mark.slow
 def test_compile_on_a_key_without_a_model_of_its_own_uses_the_nearest_and_says_so(tmp_path, monkeypatch, capsys):
     """As the server does (``catalog.serving_model``): a deployer on a CPU no shipped model was
     fine-tuned for gets the nearest model's schedules, and the report says it is a fallback

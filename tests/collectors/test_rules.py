@@ -395,6 +395,18 @@ def test_the_sketch_draw_of_compute_locations_stays_on_request_and_unknown_choic
         rule_schedule(task, cpu_hw, locations="inline")
 
 
+def test_the_unroll_step_is_the_one_asked_for_and_one_no_sketch_samples_is_refused(cpu_hw):
+    from tests.helpers.workloads import make_task, matmul_relu_mod
+
+    task = make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul")
+    for step in (16, 512):
+        sch = rule_schedule(task, cpu_hw, unroll=step).schedule
+        steps = re.findall(r"pragma_auto_unroll_max_step=(\d+)|\"pragma_auto_unroll_max_step\": (\d+)", sch.mod.script())
+        assert {int(a or b) for a, b in steps} == {step}
+    with pytest.raises(ValueError, match="unroll step 100 is none a sketch samples; one of 0, 16, 64, 512"):
+        rule_schedule(task, cpu_hw, unroll=100)
+
+
 def test_an_unknown_blocked_plan_is_refused(cpu_hw):
     from tests.helpers.workloads import make_task, matmul
 
