@@ -205,6 +205,7 @@ def _run(cmd: list[str], timeout: float, cwd: str | None = None) -> tuple[str, s
 def _one_point(method: str, model: str, budget: int, small: bool) -> dict:
     """The figures of one non-served point, in this (child) process."""
     from collectors.compile import check_against_torch, compile_model, time_model, time_torch, time_torch_compile
+    from collectors.ms_database import unwritten_best
     from collectors.hardware import detect_hardware
     from collectors.host_load import measuring_job
     from collectors.tasks import import_relax
@@ -236,6 +237,8 @@ def _one_point(method: str, model: str, budget: int, small: bool) -> dict:
             built = compile_model(relax_mod, hw, db)
             extra = {"measured": len(db.get_all_tuning_records()), "tuning_s": tuned_s}
     compile_s = time.perf_counter() - t0
+    if method == "metaschedule":  # which of its best programs leave an output unwritten (a wrong build says why)
+        extra["unwritten"] = unwritten_best(db)
     err, correct = check_against_torch(built, module, example, hw)
     return {"compile_s": compile_s, "latency_ms": time_model(built, example, hw) * 1e3, "correct": correct,
             "max_abs_err": err} | extra

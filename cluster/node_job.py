@@ -72,7 +72,7 @@ def run_on_node(job: NodeJob, kind: str, fn: Callable[..., Any], *args: Any, par
                 log.warning("every measure:%s slot of the cluster is held (a collection measures there): "
                             "waiting for one", key)
             where = ray.get(ready)
-            log.info("%s on %s (node %s, hardware %s)", kind, where["host"], where["node_id"][:8], key)
+            log.debug("%s on %s (node %s, hardware %s)", kind, where["host"], where["node_id"][:8], key)
             if announce is not None:
                 announce(where)
             try:

@@ -311,3 +311,32 @@ def commit_records(database: Any, mod: Any, target: Any, records: list[Record]) 
         database.commit_tuning_record(ms.database.TuningRecord.from_json(
             [json.loads(r.trace_json), list(r.run_secs), target_json, args_info], workload))
     return len(ok)
+
+
+def unwritten_best(database: Any) -> list[str]:
+    """``"<workload key>: why"`` for each workload whose fastest record in a MetaSchedule
+    ``database`` (what ``compile_relax`` builds with) leaves part of an output unwritten
+    (:func:`collectors.sketches.unwritten_output`): the search of the plain library path keeps
+    such programs (a convolution's pad computed at a 112-wide tile, the 113th row left as the
+    memory had it), so this is where a MetaSchedule whole-model build that differs from PyTorch
+    says why (``bench/compile_curve.py``)."""
+    from tvm.s_tir.schedule import Schedule
+
+    from collectors.sketches import unwritten_output
+
+    best: dict[str, Any] = {}
+    for rec in database.get_all_tuning_records():
+        secs = [float(x) for x in (rec.run_secs or [])]
+        if not secs or max(secs) >= 1e9:  # MetaSchedule's failure marker
+            continue
+        key = workload_key(rec.workload.mod)
+        if key not in best or statistics.mean(secs) < best[key][0]:
+            best[key] = (statistics.mean(secs), rec)
+    out = []
+    for key, (_, rec) in sorted(best.items()):
+        sch = Schedule(rec.workload.mod)
+        rec.trace.apply_to_schedule(sch, remove_postproc=False)
+        why = unwritten_output(sch.mod)
+        if why is not None:
+            out.append(f"{key}: {why}")
+    return out

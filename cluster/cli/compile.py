@@ -326,7 +326,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any,
             def step(ts: Any, n: int) -> None:
                 args.measurements = n
                 console.print(f"  {n}{f'/{args.budget}' if args.budget else ''}: {ts.task.task_name} "
-                              f"best {(ts.latency_s or 0) * 1e6:.0f} us")
+                              f"best {(ts.latency_s or 0) * 1e6:.1f} us")
 
             try:
                 spend_budget(chosen, hw, source, args.budget or None, seconds=args.time_budget or None,

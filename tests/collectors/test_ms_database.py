@@ -141,3 +141,34 @@ def test_cli_import_then_export(tmp_path, capsys, ms_database):
     assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--corpus", str(root)]) == 2
     assert main(["corpus", "export-ms", str(tmp_path / "o"), "--hardware-key", hw, "--overwrite", "--corpus", str(root)]) == 0
     assert len((tmp_path / "o" / "database_tuning_record.json").read_text().splitlines()) == 1
+
+
+def test_a_best_record_that_leaves_an_output_unwritten_is_named_with_why(cpu_hw):
+    """MetaSchedule@256's and @1024's whole-model builds of MobileNetV2 differed from PyTorch; a
+    database whose fastest record of a workload writes 112 of its 113 padded rows says which."""
+    import torch
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    from collectors.ms_database import unwritten_best
+    from collectors.sketches import design_space, unwritten_output
+    from collectors.tasks import extract_tasks, import_relax
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(4, 16, 1), torch.nn.ReLU6(), torch.nn.ZeroPad2d((0, 1, 0, 1))).eval()
+    args = (torch.randn(1, 4, 16, 16),)
+    task = next(t for t in extract_tasks((module, args), cpu_hw, model_name="m", relax_mod=import_relax(module, args))
+                if t.op_kind == "conv2d")
+    traces = {}
+    for sketch in design_space(task.mod, cpu_hw):
+        sch = Schedule(task.mod)
+        sketch.trace.apply_to_schedule(sch, remove_postproc=True)
+        traces[unwritten_output(sch.mod) is None] = sketch.trace
+    db = ms.database.MemoryDatabase()
+    wl = db.commit_workload(task.mod)
+    target = cpu_hw.tvm_target()
+    db.commit_tuning_record(ms.database.TuningRecord(traces[True], wl, [2e-6], target))
+    assert unwritten_best(db) == []  # the fastest writes every element
+    db.commit_tuning_record(ms.database.TuningRecord(traces[False], wl, [1e-6], target))
+    db.commit_tuning_record(ms.database.TuningRecord(traces[False], wl, [1e10], target))  # a failure: never the best
+    (found,) = unwritten_best(db)
+    assert found.startswith(f"{workload_key(task.mod)}: ") and "4096 times for the 4624 elements" in found
