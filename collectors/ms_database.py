@@ -327,7 +327,7 @@ def unwritten_best(database: Any) -> list[str]:
     best: dict[str, Any] = {}
     for rec in database.get_all_tuning_records():
         secs = [float(x) for x in (rec.run_secs or [])]
-        if not secs or max(secs) >= 1e9:  # MetaSchedule's failure marker
+        if not secs or not all(0 < x < MS_FAILED_SECS for x in secs):  # a failed measurement
             continue
         key = workload_key(rec.workload.mod)
         if key not in best or statistics.mean(secs) < best[key][0]:
