@@ -138,6 +138,18 @@ def test_space_lists_every_sketch_and_its_choices(tasks, cpu_hw):
     assert any(c.kind == "at" for sk in soft.sketches for c in sk.choices)
 
 
+def test_a_space_is_built_once_per_workload_until_the_cache_is_cleared(tasks, cpu_hw):
+    """bench/serve.py times a deployer's first request of a subgraph with the cache cleared."""
+    from tlm.language.space import clear_space_cache
+
+    task = tasks["conv2d"]
+    first = build_space(task, cpu_hw)
+    assert build_space(task, cpu_hw) is first
+    clear_space_cache()
+    again = build_space(task, cpu_hw)
+    assert again is not first and len(again.sketches) == len(first.sketches)
+
+
 def test_the_znver4_docstring_example_is_what_encode_writes(tasks, znver4_hw):
     import tlm.language.sentences as L
     from tlm.language.space import build_space

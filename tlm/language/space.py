@@ -149,6 +149,13 @@ def build_space(task: Task, hardware: Hardware) -> Space:
 
 _CACHE: dict[tuple, Space] = {}
 _BY_OBJECT: dict[tuple, tuple[Any, Any, Any, Space]] = {}
+
+
+def clear_space_cache() -> None:
+    """Forget every built space (and the prompts kept on it): the next request of a subgraph is
+    as a deployer's first request of a new one (``bench/serve.py`` times it cold)."""
+    _CACHE.clear()
+    _BY_OBJECT.clear()
 #: Spaces kept in memory (one per workload and hardware; a space holds a few traces).
 _CACHE_SIZE = 512
 
