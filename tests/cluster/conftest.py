@@ -7,9 +7,9 @@ Nodes (all on this machine, ``ray.cluster_utils.Cluster``; docs/STACK.md):
 Keys A and B describe the same physical CPU with 1 core each; they differ only by name, which
 is enough to check that placement follows the resources.
 
-The cluster is session-scoped (one ``ray.init`` per pytest process) but is shut down as soon
-as the last test of this directory has run, so other areas' Ray fixtures start from a clean
-slate.
+The cluster is started once for a run of this directory's tests (one ``ray.init`` per pytest
+process at a time) and shut down as soon as a test of another directory (or none) comes next, so
+other areas' Ray fixtures start from a clean slate; a later test of this directory starts it again.
 """
 from __future__ import annotations
 
@@ -56,8 +56,15 @@ def sim_hardware() -> dict:
     return hw
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_cluster() -> SimCluster:
+    """The cluster, started by the first test that asks for it and kept while this directory's
+    tests run one after another (a test elsewhere shuts it down: the next one here starts it
+    again, so a file dealt to a worker after another directory's tests finds a live cluster)."""
+    return _state.get("sim") or _start()
+
+
+def _start() -> SimCluster:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -78,8 +85,7 @@ def ray_cluster() -> SimCluster:
     sim.node_ids[KEY_GPU] = [g.node_id]
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     _state["sim"] = sim
-    yield sim
-    _shutdown()
+    return sim
 
 
 def _shutdown() -> None:

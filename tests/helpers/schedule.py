@@ -25,7 +25,8 @@ UNKNOWN_S = 1.0
 #: Files whose tests share a fixture too costly to pay on both workers: each goes whole to one.
 SHARED_FIXTURES = {
     "tests/tlm/test_gpu.py": "the CUDA tensor intrinsics import (~15-25 s a process on 2 cores with shallow stacks)",
-    "tests/cluster/test_collect_job.py": "the simulated Ray cluster (a session fixture, ~15 s)",
+    "tests/cluster/test_collect_job.py": "the simulated Ray cluster (started once for a file's run, ~15 s)",
+    "tests/cluster/test_node_job.py": "the simulated Ray cluster (started once for a file's run, ~15 s)",
     "tests/cluster/test_serve.py": "one Ray Serve application a module",
     "tests/collectors/test_tuner.py": "one MetaSchedule tuning run a module (~20 s)",
 }
