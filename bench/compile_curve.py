@@ -31,6 +31,7 @@ points are kept (``--fresh`` redoes them); on another key a model's run starts o
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import subprocess
@@ -182,7 +183,7 @@ def _same_call(libraries: list[str], model: str, small: bool) -> dict:
     _, example = build_model(model, small=small, seq_len=None if small else 128)
     first, again = (tvm.runtime.load_module(p) for p in libraries)
     lat = time_side_by_side({"first": first, "again": again}, example, detect_hardware("cpu"))[0]
-    same = open(libraries[0], "rb").read() == open(libraries[1], "rb").read()
+    same = filecmp.cmp(libraries[0], libraries[1], shallow=False)
     return {"first_ms_same_call": lat["first"] * 1e3, "again_ms_same_call": lat["again"] * 1e3,
             "again_over_first_same_call": lat["again"] / lat["first"], "same_bytes": same}
 

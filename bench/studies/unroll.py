@@ -41,13 +41,11 @@ def unroll_tasks(hw: Any, limit: int | None = None) -> list:
     return list(seen.values())[:limit]
 
 
-def micro_kernel(task: Any, hw: Any) -> dict:
-    """The rules' micro-kernel of ``task``, from their decisions: ``inner`` (the innermost
-    spatial tiles' product, in vectors of ``vector`` lanes), ``reduce`` (the inner reduction
-    factors' product) and ``steps`` (the unrollable body: inner x reduce)."""
-    from collectors.rules import rule_schedule
-
-    tiles = [v for v in rule_schedule(task, hw).decisions.values() if isinstance(v, list)]
+def micro_kernel(decisions: dict) -> dict:
+    """The rules' micro-kernel, from their decisions (``RuleSchedule.decisions``): ``inner`` (the
+    innermost spatial tiles' product, in vectors of ``vector`` lanes), ``reduce`` (the inner
+    reduction factors' product) and ``steps`` (the unrollable body: inner x reduce)."""
+    tiles = [v for v in decisions.values() if isinstance(v, list)]
     spatial, reduce = [v for v in tiles if len(v) == 4], [v for v in tiles if len(v) == 2]
     vector = spatial[-1][3] if spatial else 1
     inner = math.prod(v[3] for v in spatial) // max(1, vector)
@@ -102,12 +100,13 @@ def main() -> None:
     t0 = time.time()
     rows = []
     for t in tasks:
-        variants = {f"u{s}": (lambda t, s=s: rule_schedule(t, hw, unroll=s).schedule) for s in steps}
+        made = {s: rule_schedule(t, hw, unroll=s) for s in steps}  # once, for both calls
+        variants = {f"u{s}": (lambda t, s=s: made[s].schedule) for s in steps}
         calls = [judge_variants([t], hw, dict(order))[0]["latency_s"]
                  for order in (list(variants.items()), list(variants.items())[::-1])]
         rows.append({"task": t.task_name, "model": t.model, "task_id": f"{t.model}/{t.task_name}",
                      "workload_key": t.workload_key, "flops": t.flops, "calls": calls,
-                     "micro_kernel": micro_kernel(t, hw)})
+                     "micro_kernel": micro_kernel((made.get(UNROLL_STEP) or rule_schedule(t, hw)).decisions)})
         write_noted({"machine": machine(hw), "hardware": hw.key, "steps": steps, "rules_step": UNROLL_STEP,
                      "wall_s": round(time.time() - t0), "tasks": rows,
                      "summary": {"tasks": len(rows), **verdicts(rows, steps, UNROLL_STEP)}}, out, report_md, None)
