@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from tlm.language.errors import LanguageError
 from tlm.language.health import healthy_factors, parallel_values, rules_of, tiling_of
 from tlm.language.numbers import divisors, next_number_tokens
-from tlm.language.space import Choice, Sketch, Space
+from tlm.language.space import Choice, Sketch, Space, take_own_replay
 from tlm.language.words import EOS, GROUP_WORD, LOCATION_WORDS, word_order
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class DecisionState:
         self._typed: list[str] = []  # words of the number being written
         self._factors: list[int] = []  # tile factors of the group being written
         self._gpu_cache: dict[tuple, list[int]] = {}  # thread-feasible factors per position
+        self._memo: tuple = ((), None)  # the last _values: (choice, decisions, factors so far) -> it
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -120,7 +121,15 @@ class DecisionState:
         return word in self.legal()
 
     def _values(self, choice: Choice, domain: Any) -> tuple[list[int], set[str]]:
-        """(legal numeric values, legal non-numeric words) of the value being written."""
+        """(legal numeric values, legal non-numeric words) of the value being written; the same
+        until a factor or a choice is decided (kept: writing a word asks for them three times,
+        and the healthy bounds were a fifth of a greedy request's constraint time)."""
+        key = (choice.inst_index, len(self.values), len(self._factors))
+        if self._memo[0] != key:
+            self._memo = (key, self._compute_values(choice, domain))
+        return self._memo[1]
+
+    def _compute_values(self, choice: Choice, domain: Any) -> tuple[list[int], set[str]]:
         if choice.kind in ("tile", "ptile"):
             values = tile_factor_values(choice, domain.extent, self._factors)
             if choice.kind == "tile" and (self.sketch.thread_groups or self.sketch.shared_memory):
@@ -270,12 +279,14 @@ def _dead_reason(space: Space, sketch: Sketch) -> str:
             finally:
                 state.close()
             trace = build_trace(sketch, state.values)
-        sch = Schedule(space.task.mod)
-        try:
-            trace.apply_to_schedule(sch, remove_postproc=True)
-        except Exception as exc:  # noqa: BLE001 - TVM raises its own error kinds
-            reason = f"replay failed: {str(exc).splitlines()[-1][:200]}"
-            continue
+        sch = take_own_replay(sketch) if attempt == 0 else None
+        if sch is None:
+            sch = Schedule(space.task.mod)
+            try:
+                trace.apply_to_schedule(sch, remove_postproc=True)
+            except Exception as exc:  # noqa: BLE001 - TVM raises its own error kinds
+                reason = f"replay failed: {str(exc).splitlines()[-1][:200]}"
+                continue
         refused = refusing_postproc(sch, space.task, space.hardware)
         if refused is None:
             return ""

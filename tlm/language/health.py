@@ -162,8 +162,7 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
     own loops (elementwise tasks, cross-thread reductions, GPU sketches)."""
     from collectors.hardware import accumulator_registers
     from collectors.tir import block_realizes, contiguous_axis, is_reduction, plain_json, shared_iterators, vector_lanes
-    from tlm.language.replay import first_reshape
-    from tlm.language.trace_flow import made_by
+    from tlm.language.trace_flow import first_reshape, made_by
 
     if hardware.kind != "cpu" or getattr(sketch, "thread_groups", ()):
         return None

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.sketches import probe_compute_location
-from tlm.language.trace_flow import made_by
+from tlm.language.trace_flow import own_loop_tiles
 
 logger = logging.getLogger(__name__)
 
@@ -260,13 +260,6 @@ class LiveReplay:
         return value
 
 
-#: Instructions that leave the loops of every remaining block as they were (inlining a block into
-#: its consumer, or a consumer into its producer, changes a body, not the other block's nest).
-_NEST_KEEPING = {"GetSBlock", "GetLoops", "GetConsumers", "GetProducers", "GetChildBlocks", "GetOutputBlocks",
-                 "Annotate", "Unannotate", "SamplePerfectTile", "SamplePartitionedTile", "SampleCategorical",
-                 "ComputeInline", "ReverseComputeInline"}
-
-
 def static_domains(sketch: Any, hardware_kind: str = "cpu") -> bool:
     """Whether every choice's domain is known without replaying: on a CPU, no compute location
     is chosen and every tile splits a loop some ``GetLoops`` returned before the first instruction
@@ -280,25 +273,12 @@ def static_domains(sketch: Any, hardware_kind: str = "cpu") -> bool:
     return known
 
 
-def first_reshape(insts: list) -> int:
-    """Index of the first instruction that reshapes a loop nest (``len(insts)``: none does): the
-    loops a ``GetLoops`` returned before it are the block's own, one per iterator."""
-    return next((i for i, x in enumerate(insts) if x.kind.name not in _NEST_KEEPING), len(insts))
-
-
 def _static(sketch: Any) -> bool:
     if any(c.kind == "at" or (c.kind in ("tile", "ptile") and c.extent is None) for c in sketch.choices):
         return False
     insts = [x for x in sketch.trace.insts if x.kind.name != "EnterPostproc"]
-    reshaped = first_reshape(insts)
-    source = made_by(insts)
-    for c in sketch.choices:
-        if c.kind not in ("tile", "ptile"):
-            continue
-        src = source(insts[c.inst_index].inputs[0])
-        if src is None or insts[src[0]].kind.name != "GetLoops" or src[0] > reshaped:
-            return False
-    return True
+    own = own_loop_tiles(insts, sketch.choices)
+    return all(c.inst_index in own for c in sketch.choices if c.kind in ("tile", "ptile"))
 
 
 class StaticReplay:

@@ -26,6 +26,7 @@ replaying (``tlm.language.replay``).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -96,9 +97,6 @@ class Sketch:
     kinds: tuple[str, ...]  # instruction kinds in trace order (before EnterPostproc)
     choices: tuple[Choice, ...]  # open decisions in trace order
     ann_keys: dict[int, str] = field(default_factory=dict)  # Annotate position -> key
-    skeleton: tuple[str, ...] = ()  # collectors.sketches.skeleton of the full trace
-    simple_skeleton: tuple[str, ...] = ()  # ... of the dead-code-free trace
-    simple_choice_index: tuple[int, ...] = ()  # choice positions in the simplified trace
     dead: str | None = None  # why no decision gives a valid program; "" alive, None unchecked
     thread_groups: tuple = ()  # GPU: tlm.language.gpu.ThreadGroup bounds on products of tile factors
     shared_memory: Any = None  # GPU: tlm.language.gpu.SharedMemory footprint model of its cache reads
@@ -107,6 +105,33 @@ class Sketch:
     @property
     def insts(self) -> list:
         return list(self.trace.insts)
+
+    # The skeletons are computed when first asked for: only reading a record's trace
+    # (``tlm.language.sentences.encode``) needs them, and they cost ~3 ms a sketch, a tenth of a
+    # new subgraph's greedy request.
+    @functools.cached_property
+    def skeleton(self) -> tuple[str, ...]:
+        """:func:`collectors.sketches.skeleton` of the full trace."""
+        return skeleton(self.trace)
+
+    @property
+    def simple_skeleton(self) -> tuple[str, ...]:
+        """... of the dead-code-free trace (how some search strategies store their traces)."""
+        return self._simple[0]
+
+    @property
+    def simple_choice_index(self) -> tuple[int, ...]:
+        """The choices' positions in the simplified trace; () when simplifying removes a choice
+        (a dead choice: simplified traces of this sketch are not expressible)."""
+        return self._simple[1]
+
+    @functools.cached_property
+    def _simple(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        simple = self.trace.simplified(remove_postproc=True)
+        index = _choice_positions(simple)
+        if len(index) != len(_choice_positions(self.trace)):
+            index = []
+        return skeleton(simple), tuple(index)
 
 
 @dataclass
@@ -207,13 +232,12 @@ def _build(task: Task, hardware: Hardware) -> Space:
         gpu_limits = (int(attrs.get("max_threads_per_block", 1024)),
                       int(attrs.get("max_shared_memory_per_block", 49152)),
                       int(attrs.get("thread_warp_size", 32)))
-    sketches = [_describe(i, sch.trace, task.mod, skeleton, gpu_limits) for i, sch in enumerate(schedules)]
+    sketches = [_describe(i, sch.trace, task.mod, gpu_limits) for i, sch in enumerate(schedules)]
     logger.debug("space of %s on %s: %d sketches", task.task_name, hardware.key, len(sketches))
     return Space(task=task, hardware=hardware, target=target, sketches=sketches)
 
 
-def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
-              gpu_limits: tuple[int, int, int] | None = None) -> Sketch:
+def _describe(sketch_id: int, trace: Any, mod: Any, gpu_limits: tuple[int, int, int] | None = None) -> Sketch:
     kinds: list[str] = []
     choices: list[Choice] = []
     ann_keys: dict[int, str] = {}
@@ -239,12 +263,7 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
             if attrs[0] == PARALLEL_KEY:
                 value = plain_json(inst.inputs[1])
                 choices.append(Choice(i, "parallel", max_parallel=int(value)))
-    choices = _with_static_facts(trace, mod, choices)
-    simple = trace.simplified(remove_postproc=True)
-    simple_index = _choice_positions(simple)
-    full_index = _choice_positions(trace)
-    if len(simple_index) != len(full_index):
-        simple_index = ()  # a dead choice: simplified traces of this sketch are not expressible
+    choices, own = _with_static_facts(trace, mod, choices)
     groups: tuple = ()
     smem, lanes = None, {}
     if gpu_limits is not None:
@@ -258,12 +277,28 @@ def _describe(sketch_id: int, trace: Any, mod: Any, skeleton_fn,
         except ValueError as exc:  # generation cannot bound this sketch's shared memory
             logger.warning("sketch %d: shared memory not modelled: %s", sketch_id, exc)
         lanes = vector_lanes(trace, mod, insts)
-    return Sketch(
+    sketch = Sketch(
         sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), choices=tuple(choices), thread_groups=groups,
-        shared_memory=smem, vector_lanes=lanes,
-        ann_keys=ann_keys, skeleton=skeleton_fn(trace), simple_skeleton=skeleton_fn(simple),
-        simple_choice_index=tuple(simple_index),
+        shared_memory=smem, vector_lanes=lanes, ann_keys=ann_keys,
     )
+    if len(_OWN_REPLAYS) >= _OWN_REPLAYS_SIZE:
+        _OWN_REPLAYS.pop(next(iter(_OWN_REPLAYS)))
+    _OWN_REPLAYS[id(sketch)] = (sketch, own)
+    return sketch
+
+
+#: The schedule of a recently described sketch's own decisions (replayed to read its facts), by
+#: ``id(sketch)``: the liveness check (``tlm.language.decisions.live_sketches``) starts from it
+#: instead of replaying the sketch again. A few dozen at most: schedules hold their module.
+_OWN_REPLAYS: dict[int, tuple[Sketch, Any]] = {}
+_OWN_REPLAYS_SIZE = 48
+
+
+def take_own_replay(sketch: Sketch) -> Any | None:
+    """The schedule of ``sketch``'s own decisions replayed when its space was built (postprocessing
+    not entered), handed out once; None when it is gone (then replay ``sketch.trace``)."""
+    hit = _OWN_REPLAYS.pop(id(sketch), None)
+    return hit[1] if hit is not None and hit[0] is sketch else None
 
 
 def _choice_positions(trace: Any) -> list[int]:
@@ -280,31 +315,55 @@ def _choice_positions(trace: Any) -> list[int]:
     return out
 
 
-def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> list[Choice]:
-    """Fill ``extent`` / ``n_locations`` where every replay agrees (else leave None)."""
+def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> tuple[list[Choice], Any]:
+    """Fill ``extent`` / ``n_locations`` where every replay agrees (else leave None); returns
+    them with the schedule of the sketch's own decisions (:func:`take_own_replay`).
+
+    The sketch's own decisions are replayed whole, then :data:`FACT_REPLAYS` random ones, each only as
+    far as the last choice a decision could change: a tile of a block iterator's own loop
+    (``trace_flow.own_loop_tiles``) has that loop's extent in every replay, so it is read from the
+    first. The facts are what replaying every choice in every run gives (tests/tlm/test_language.py);
+    the full replays were half of a new subgraph's design space (~25 ms of a greedy request)."""
     from tvm.s_tir.schedule import Schedule, Trace
 
     from tlm.language.replay import compute_locations
+    from tlm.language.trace_flow import own_loop_tiles
 
     by_index = {c.inst_index: c for c in choices}
     seen: dict[int, set] = {c.inst_index: set() for c in choices}
-    runs = [trace] + [Trace(trace.insts, {}) for _ in range(FACT_REPLAYS)]
+    insts = list(trace.insts)
+    cut = next((i for i, x in enumerate(insts) if x.kind.name == "EnterPostproc"), len(insts))
+    fixed = own_loop_tiles(insts[:cut], choices)
+    open_facts = [c.inst_index for c in choices if c.kind in ("tile", "ptile", "at") and c.inst_index not in fixed]
+    last = max(open_facts, default=-1)
+    runs = [trace] + ([Trace(trace.insts, {}) for _ in range(FACT_REPLAYS)] if open_facts else [])
+    own = None
     for seed, tr in enumerate(runs):
         sch = Schedule(mod, seed=seed + 1)
+        own = own or sch
         counter = [0]
+        stop = last if seed else len(insts)
 
-        def provider(inst, inputs, attrs, decision, sch=sch, counter=counter):
+        def provider(inst, inputs, attrs, decision, sch=sch, counter=counter, stop=stop, seed=seed):
             i = counter[0]
             counter[0] += 1
+            if i > stop:
+                raise _Enough  # TVM raises its own error in its place: counter says why
             c = by_index.get(i)
-            if c is not None and c.kind in ("tile", "ptile"):
+            if c is None or (seed and i in fixed):
+                return decision
+            if c.kind in ("tile", "ptile"):
                 ext = sch.get(inputs[0]).extent
                 seen[i].add(int(ext.value) if hasattr(ext, "value") else None)
-            elif c is not None and c.kind == "at":
+            elif c.kind == "at":
                 seen[i].add(len(compute_locations(sch, inputs[0])))
             return decision
 
-        tr.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+        try:
+            tr.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+        except Exception:  # noqa: BLE001 - TVM turns the provider's exception into its own
+            if counter[0] != stop + 2:  # not stopped by the provider past the last choice read
+                raise
     out = []
     for c in choices:
         vals = seen[c.inst_index]
@@ -317,7 +376,12 @@ def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> list[Choi
             out.append(_replace(c, n_locations=static))
         else:
             out.append(c)
-    return out
+    return out, own
+
+
+class _Enough(Exception):
+    """Raised by a fact replay's decision provider past the last choice it reads: the rest of
+    the trace is not applied."""
 
 
 def _replace(c: Choice, **kw) -> Choice:

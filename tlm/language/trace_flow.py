@@ -2,10 +2,16 @@
 which instruction produced a random variable, and which tile levels a loop is made of."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 #: The annotation that pipelines a loop's child blocks (its value: one stage per block).
 PIPELINE_KEY = "software_pipeline_stage"
+#: Instructions that leave the loops of every remaining block as they were (inlining a block into
+#: its consumer, or a consumer into its producer, changes a body, not the other block's nest).
+NEST_KEEPING = frozenset({
+    "GetSBlock", "GetLoops", "GetConsumers", "GetProducers", "GetChildBlocks", "GetOutputBlocks",
+    "Annotate", "Unannotate", "SamplePerfectTile", "SamplePartitionedTile", "SampleCategorical",
+    "ComputeInline", "ReverseComputeInline"})
 
 
 def producers(insts: Sequence[list]) -> dict[str, tuple[int, int]]:
@@ -50,3 +56,25 @@ def split_members(insts: Sequence[list], producer: dict, rv: Any) -> list[tuple[
     return None
 
 
+
+
+def first_reshape(insts: Sequence[Any]) -> int:
+    """Index of the first instruction that reshapes a loop nest (``len(insts)``: none does): the
+    loops a ``GetLoops`` returned before it are the block's own, one per iterator."""
+    return next((i for i, x in enumerate(insts) if x.kind.name not in NEST_KEEPING), len(insts))
+
+
+def own_loop_tiles(insts: Sequence[Any], choices: Iterable[Any]) -> set[int]:
+    """The instruction indices of the tile choices (``tlm.language.space.Choice`` of kind tile or
+    ptile) that split a loop some ``GetLoops`` returned before the first reshape: the loop is
+    the block iterator's, so its extent is the same whatever the sketch's decisions are."""
+    reshaped = first_reshape(insts)
+    source = made_by(insts)
+    out = set()
+    for c in choices:
+        if c.kind not in ("tile", "ptile"):
+            continue
+        src = source(insts[c.inst_index].inputs[0])
+        if src is not None and insts[src[0]].kind.name == "GetLoops" and src[0] < reshaped:
+            out.add(c.inst_index)
+    return out
