@@ -325,6 +325,7 @@ def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> tuple[lis
     first. The facts are what replaying every choice in every run gives (tests/tlm/test_language.py);
     the full replays were half of a new subgraph's design space (~25 ms of a greedy request)."""
     from tvm.s_tir.schedule import Schedule, Trace
+    from tvm.s_tir.schedule._ffi_api import ScheduleGet as schedule_get
 
     from tlm.language.replay import compute_locations
     from tlm.language.trace_flow import own_loop_tiles
@@ -353,7 +354,7 @@ def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> tuple[lis
             if c is None or (seed and i in fixed):
                 return decision
             if c.kind in ("tile", "ptile"):
-                ext = sch.get(inputs[0]).extent
+                ext = schedule_get(sch, inputs[0]).extent  # Schedule.get's type check: 2 ms a new task
                 seen[i].add(int(ext.value) if hasattr(ext, "value") else None)
             elif c.kind == "at":
                 seen[i].add(len(compute_locations(sch, inputs[0])))
