@@ -48,9 +48,11 @@ def check_trace(trace: Any, want: dict[int, Any], task: Task, hardware: Hardware
     sch = Schedule(task.mod)
     trace.apply_to_schedule(sch, remove_postproc=True)
     got = {}
-    for i, inst in enumerate(sch.trace.insts):
+    applied = sch.trace  # a new Trace object per access
+    decisions = applied.decisions
+    for i, inst in enumerate(applied.insts):
         if i in want:
-            d = sch.trace.decisions[inst]
+            d = decisions[inst]
             got[i] = [int(x) for x in d] if hasattr(d, "__len__") else int(d)
     for i, w in want.items():
         if got.get(i) != (list(w) if isinstance(w, (list, tuple)) else w):
