@@ -282,7 +282,7 @@ def _describe(sketch_id: int, trace: Any, mod: Any, gpu_limits: tuple[int, int, 
         shared_memory=smem, vector_lanes=lanes, ann_keys=ann_keys,
     )
     if len(_OWN_REPLAYS) >= _OWN_REPLAYS_SIZE:
-        _OWN_REPLAYS.pop(next(iter(_OWN_REPLAYS)))
+        _OWN_REPLAYS.pop(next(iter(_OWN_REPLAYS), None), None)  # another request may have taken it
     _OWN_REPLAYS[id(sketch)] = (sketch, own)
     return sketch
 
