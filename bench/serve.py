@@ -71,7 +71,10 @@ def in_process(tasks: list, hw, model, tok, repeats: int) -> tuple[dict, dict]:
     wall time), then ``repeats`` times warm (the same subgraph again: decoding and proof, its
     space cached). ``({"cold_p50_s", "p50_s" (warm), "per_task_s", "cold_per_task_s"}, {task: its
     schedules' texts})``. Until 2026-12-06 only the warm figure was taken (48 ms on 2 cores, 63 on
-    one), while a new subgraph took 112 / 130 ms: the design space alone is ~56 ms of it."""
+    one), while a new subgraph took 112 / 130 ms: the design space alone is ~56 ms of it. Since
+    06c78fb (the fact replays cut short, the liveness check reusing the space's replay) 68 ms
+    against 108 and 114 ms for the code before it, in the same quiet window on one host
+    (``serve_in_process-56218b8*.json`` beside this bench's results)."""
     from tlm.language.space import clear_space_cache
     from tlm.service.generator import generate
 
