@@ -1,5 +1,6 @@
-"""Data flow of a trace's plain-JSON instructions (``[kind, inputs, attrs, outputs]``):
-which instruction produced a random variable, and which tile levels a loop is made of."""
+"""Data flow of a trace's instructions (TVM's, or plain JSON ``[kind, inputs, attrs, outputs]``):
+which instruction produced a random variable, which tile levels a loop is made of, and which
+tiles split a block iterator's own loop (its extent the same whatever the decisions)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
