@@ -47,8 +47,8 @@ from dataclasses import asdict
 from typing import Any
 
 from bench._common import geomean, machine, refuse_beside_measuring
-from bench.judging import (CORPUS, OUTSIDE_DESCRIPTION, OUTSIDE_MODEL, OUTSIDE_ZOO, check_unseen, judging_set,
-                           outside_zoo_tasks)
+from bench.judging import (CORPUS, OUTSIDE_DESCRIPTION, OUTSIDE_MODEL, OUTSIDE_ZOO, check_unseen, judged_model,
+                           judging_set, outside_zoo_tasks)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -472,11 +472,12 @@ def main() -> None:
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     from collectors.hardware import detect_hardware
     from collectors.zoo import HELD_OUT_MODELS
-    from tlm.service.catalog import model_for, resolve_model
     from tlm.model.network import load_model, read_model_info
 
     hw = detect_hardware("cpu")
-    entry = resolve_model(args.model) if args.model else model_for(hw.key)
+    entry, fallback = judged_model(hw, args.model)
+    if fallback:
+        print(fallback)
     model, tok, _ = load_model(entry.path)
     tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks) if args.tasks != 0 else []
     ranker = load_ranker(args.cost_model, entry.path, hw.key)
@@ -489,7 +490,7 @@ def main() -> None:
     ref = f"ms_{min(args.reference, args.trials)}"
     t0 = time.time()
     peak = peak_gflops(hw.cores)
-    res = {"machine": machine(hw), "hardware": hw.key, "model_id": entry.model_id,
+    res = {"machine": machine(hw), "hardware": hw.key, "model_id": entry.model_id, "model_fallback": fallback,
            "held_out_models": list(HELD_OUT_MODELS), "outside_zoo": OUTSIDE_DESCRIPTION,
            "trials": args.trials, "ks": list(KS), "seeded_trials": args.seeded if ranker is not None else 0,
            "cost_model": ranker and {"config": asdict(ranker.config) | {"exclude_workloads": len(
