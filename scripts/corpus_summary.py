@@ -69,4 +69,12 @@ def _torch_eager(path: str = "bench/results/torch_ops.json") -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    import argparse
+    import os
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("corpus", metavar="CORPUS", nargs="?", default="data/corpus", help="a corpus directory")
+    args = ap.parse_args()
+    if not os.path.isfile(os.path.join(args.corpus, "index.sqlite")):  # opening one creates it
+        ap.error(f"no corpus at {args.corpus!r} (a directory holding index.sqlite and the Parquet parts)")
+    sys.exit(main(args.corpus))

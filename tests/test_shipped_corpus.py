@@ -84,3 +84,17 @@ def test_a_whole_models_best_records_in_one_lookup_equal_each_top_1(shipped):
         for wk in keys[:: max(1, len(keys) // 25)]:
             assert best[wk]["record_id"] == c.top_k(wk, key, k=1).column("record_id")[0].as_py()
         assert c.best_records(keys, "cpu-nosuchcpu-2c") == {}
+
+
+def test_the_summary_script_refuses_a_path_that_is_no_corpus_and_creates_nothing(tmp_path):
+    """``scripts/corpus_summary.py --help`` opened ``--help`` as a corpus and left a directory of
+    that name behind."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "corpus_summary.py"
+    ok = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert ok.returncode == 0 and "CORPUS" in ok.stdout
+    bad = subprocess.run([sys.executable, str(script), "no-such-corpus"], cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 2 and "no-such-corpus" in bad.stderr
+    assert list(tmp_path.iterdir()) == []
