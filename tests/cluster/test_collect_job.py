@@ -406,9 +406,17 @@ def test_a_measuring_worker_sigkilled_mid_job_costs_one_candidate_at_most(ray_cl
     goes on with new ones; a candidate in flight is stored as an error, never as a latency."""
     import signal
 
+    import psutil
+
+    def command(p) -> str:
+        try:
+            return " ".join(p.cmdline())
+        except psutil.Error:  # it ended while we looked (a fresh clone's run failed on one so)
+            return ""
+
     def kill(node):
         (actor,) = _node_processes(node, "ray::Collector")
-        workers = [p for p in actor.children(recursive=True) if "popen_worker" in " ".join(p.cmdline())]
+        workers = [p for p in actor.children(recursive=True) if "popen_worker" in command(p)]
         assert workers, "the collector has no build or measure worker"
         for w in workers:
             w.send_signal(signal.SIGKILL)
