@@ -30,8 +30,11 @@ logger = logging.getLogger(__name__)
 _MUTABLE_ANNOTATIONS = frozenset({"meta_schedule.parallel"})
 
 
-def tune_context(mod: Any, target: Any, *, seed: int = 0, task_name: str = "main", num_threads: int | None = None):
-    """A ``TuneContext`` with MetaSchedule's defaults for ``target`` (what ``tune_tir`` uses).
+def tune_context(mod: Any, target: Any, *, seed: int = 0, task_name: str = "main", num_threads: int | None = None,
+                 space_generator: str | None = "post-order-apply"):
+    """A ``TuneContext`` with MetaSchedule's defaults for ``target`` (what ``tune_tir`` uses);
+    ``space_generator`` None: without one (the target's schedule rules and mutators, 2.5 ms, are
+    not built: enough for initialising postprocessors).
 
     The CPU import fix is applied first, so this costs ~1 s instead of ~20 s on CPU nodes.
     """
@@ -45,7 +48,7 @@ def tune_context(mod: Any, target: Any, *, seed: int = 0, task_name: str = "main
     return ms.TuneContext(
         mod=as_module(mod),
         target=tgt,
-        space_generator="post-order-apply",
+        space_generator=space_generator,
         task_name=task_name,
         rand_state=seed,
         **kwargs,
@@ -136,11 +139,9 @@ def postprocs(task: "Task", hardware: "Hardware") -> tuple:
     if key not in _POSTPROCS:
         from tvm.s_tir import meta_schedule as ms
 
-        tgt = as_target(hardware)
-        install_for_target(tgt)
         # no space generator: the postprocessors read the context's target and module, and the
         # target's schedule rules and mutators cost 2.5 ms a new task (a greedy request's 4%)
-        ctx = ms.TuneContext(mod=as_module(task.mod), target=tgt, task_name=task.task_name)
+        ctx = tune_context(task.mod, hardware, task_name=task.task_name, space_generator=None)
         procs = ms.Postproc.create("cuda" if hardware.kind == "cuda" else "llvm")
         for p in procs:
             p._initialize_with_tune_context(ctx)  # noqa: SLF001 - MetaSchedule's own API

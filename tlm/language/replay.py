@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.sketches import probe_compute_location
-from tlm.language.trace_flow import own_loop_tiles
 
 logger = logging.getLogger(__name__)
 
@@ -276,9 +275,7 @@ def static_domains(sketch: Any, hardware_kind: str = "cpu") -> bool:
 def _static(sketch: Any) -> bool:
     if any(c.kind == "at" or (c.kind in ("tile", "ptile") and c.extent is None) for c in sketch.choices):
         return False
-    insts = [x for x in sketch.trace.insts if x.kind.name != "EnterPostproc"]
-    own = own_loop_tiles(insts, sketch.choices)
-    return all(c.inst_index in own for c in sketch.choices if c.kind in ("tile", "ptile"))
+    return all(c.inst_index in sketch.own_tiles for c in sketch.choices if c.kind in ("tile", "ptile"))
 
 
 class StaticReplay:

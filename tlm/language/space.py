@@ -38,6 +38,7 @@ from collectors.sketches import design_space, skeleton
 from collectors.tasks import Task
 from collectors.tir import as_target, plain_json
 from tlm.language.errors import LanguageError
+from tlm.language.trace_flow import own_loop_tiles
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ class Sketch:
     choices: tuple[Choice, ...]  # open decisions in trace order
     ann_keys: dict[int, str] = field(default_factory=dict)  # Annotate position -> key
     dead: str | None = None  # why no decision gives a valid program; "" alive, None unchecked
+    own_tiles: frozenset = frozenset()  # tile choices of a block iterator's own loop (trace_flow.own_loop_tiles)
     thread_groups: tuple = ()  # GPU: tlm.language.gpu.ThreadGroup bounds on products of tile factors
     shared_memory: Any = None  # GPU: tlm.language.gpu.SharedMemory footprint model of its cache reads
     vector_lanes: dict = field(default_factory=dict)  # GPU: pick instruction -> most fetch lanes
@@ -263,7 +265,10 @@ def _describe(sketch_id: int, trace: Any, mod: Any, gpu_limits: tuple[int, int, 
             if attrs[0] == PARALLEL_KEY:
                 value = plain_json(inst.inputs[1])
                 choices.append(Choice(i, "parallel", max_parallel=int(value)))
-    choices, own = _with_static_facts(trace, mod, choices)
+    insts = list(trace.insts)
+    cut = next((i for i, x in enumerate(insts) if x.kind.name == "EnterPostproc"), len(insts))
+    own_tiles = frozenset(own_loop_tiles(insts[:cut], choices))
+    choices, own = _with_static_facts(trace, mod, choices, own_tiles)
     groups: tuple = ()
     smem, lanes = None, {}
     if gpu_limits is not None:
@@ -279,7 +284,7 @@ def _describe(sketch_id: int, trace: Any, mod: Any, gpu_limits: tuple[int, int, 
         lanes = vector_lanes(trace, mod, insts)
     sketch = Sketch(
         sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), choices=tuple(choices), thread_groups=groups,
-        shared_memory=smem, vector_lanes=lanes, ann_keys=ann_keys,
+        shared_memory=smem, vector_lanes=lanes, ann_keys=ann_keys, own_tiles=own_tiles,
     )
     if len(_OWN_REPLAYS) >= _OWN_REPLAYS_SIZE:
         _OWN_REPLAYS.pop(next(iter(_OWN_REPLAYS), None), None)  # another request may have taken it
@@ -315,26 +320,23 @@ def _choice_positions(trace: Any) -> list[int]:
     return out
 
 
-def _with_static_facts(trace: Any, mod: Any, choices: list[Choice]) -> tuple[list[Choice], Any]:
+def _with_static_facts(trace: Any, mod: Any, choices: list[Choice], fixed: frozenset) -> tuple[list[Choice], Any]:
     """Fill ``extent`` / ``n_locations`` where every replay agrees (else leave None); returns
     them with the schedule of the sketch's own decisions (:func:`take_own_replay`).
 
     The sketch's own decisions are replayed whole, then :data:`FACT_REPLAYS` random ones, each only as
     far as the last choice a decision could change: a tile of a block iterator's own loop
-    (``trace_flow.own_loop_tiles``) has that loop's extent in every replay, so it is read from the
-    first. The facts are what replaying every choice in every run gives (tests/tlm/test_language.py);
+    (``fixed``: ``trace_flow.own_loop_tiles``) has that loop's extent in every replay, so it is read
+    from the first. The facts are what replaying every choice in every run gives (tests/tlm/test_language.py);
     the full replays were half of a new subgraph's design space (~25 ms of a greedy request)."""
     from tvm.s_tir.schedule import Schedule, Trace
     from tvm.s_tir.schedule._ffi_api import ScheduleGet as schedule_get
 
     from tlm.language.replay import compute_locations
-    from tlm.language.trace_flow import own_loop_tiles
 
     by_index = {c.inst_index: c for c in choices}
     seen: dict[int, set] = {c.inst_index: set() for c in choices}
     insts = list(trace.insts)
-    cut = next((i for i, x in enumerate(insts) if x.kind.name == "EnterPostproc"), len(insts))
-    fixed = own_loop_tiles(insts[:cut], choices)
     open_facts = [c.inst_index for c in choices if c.kind in ("tile", "ptile", "at") and c.inst_index not in fixed]
     last = max(open_facts, default=-1)
     runs = [trace] + ([Trace(trace.insts, {}) for _ in range(FACT_REPLAYS)] if open_facts else [])

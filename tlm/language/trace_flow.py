@@ -57,8 +57,6 @@ def split_members(insts: Sequence[list], producer: dict, rv: Any) -> list[tuple[
     return None
 
 
-
-
 def first_reshape(insts: Sequence[Any]) -> int:
     """Index of the first instruction that reshapes a loop nest (``len(insts)``: none does): the
     loops a ``GetLoops`` returned before it are the block's own, one per iterator."""
