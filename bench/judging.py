@@ -180,19 +180,6 @@ def outside_zoo_tasks(hw: Any, *, corpus_dir: str | None = None) -> list:
     return out
 
 
-def judged_model(hw: Any, model: str | None) -> tuple[Any, str | None]:
-    """The model a benchmark judges on ``hw`` and, when it is another key's, why: ``model`` (a
-    directory or a model id) when named, else the one the server and ``tlm compile`` answer the
-    key with (``catalog.serving_model``: the key's own, else the nearest), so that a benchmark on a
-    new key judges what a deployer there gets instead of stopping for want of a model."""
-    from tlm.service.catalog import resolve_model, serving_model
-
-    if model:
-        return resolve_model(model), None
-    serving = serving_model(hw)
-    return serving.entry, serving.why if serving.fallback else None
-
-
 def check_unseen(model_id: str, model_info: dict, tasks: Sequence[Any]) -> None:
     """Refuse (``ValueError``) to judge a model on tasks of a zoo model it was trained on: every
     zoo model the judging set draws from must be among the ``held_out_models`` the model records

@@ -47,7 +47,7 @@ from dataclasses import asdict
 from typing import Any
 
 from bench._common import geomean, machine, refuse_beside_measuring
-from bench.judging import (CORPUS, OUTSIDE_DESCRIPTION, OUTSIDE_MODEL, OUTSIDE_ZOO, check_unseen, judged_model,
+from bench.judging import (CORPUS, OUTSIDE_DESCRIPTION, OUTSIDE_MODEL, OUTSIDE_ZOO, check_unseen,
                            judging_set, outside_zoo_tasks)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -473,11 +473,13 @@ def main() -> None:
     from collectors.hardware import detect_hardware
     from collectors.zoo import HELD_OUT_MODELS
     from tlm.model.network import load_model, read_model_info
+    from tlm.service.catalog import chosen_model
 
     hw = detect_hardware("cpu")
-    entry, fallback = judged_model(hw, args.model)
-    if fallback:
-        print(fallback)
+    chosen = chosen_model(hw, args.model)  # unnamed: as the server answers the key (the nearest, said)
+    if chosen.fallback:
+        print(chosen.why)
+    entry, fallback = chosen.entry, chosen.why if chosen.fallback else None
     model, tok, _ = load_model(entry.path)
     tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks) if args.tasks != 0 else []
     ranker = load_ranker(args.cost_model, entry.path, hw.key)

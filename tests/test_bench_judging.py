@@ -158,19 +158,3 @@ def test_the_pool_health_target_reads_the_whole_ranked_pool():
     assert not pool_target({"tlm_ranked_pool": {"n": 96, "any": 0.81}})["met"]
     empty = pool_target({})
     assert empty["value"] is None and not empty["met"]
-
-
-def test_a_benchmark_on_a_key_with_no_model_judges_the_model_the_server_would_serve():
-    """On a new host (an Emerald Rapids, a key no model was trained for) ``bench.quality`` stopped
-    with ``NoModel``; it now judges what ``tlm compile`` and the server answer that key with, the
-    nearest model, and says so."""
-    from bench.judging import judged_model
-    from collectors.hardware import hardware_for_key
-
-    entry, why = judged_model(hardware_for_key("cpu-emeraldrapids-2c"), None)
-    assert entry.hardware_key == "cpu-rocketlake-2c"
-    assert "cpu-emeraldrapids-2c has no model" in why and "nearest" in why
-    own, none = judged_model(hardware_for_key("cpu-znver3-2c"), None)
-    assert own.hardware_key == "cpu-znver3-2c" and none is None
-    named, none = judged_model(hardware_for_key("cpu-emeraldrapids-2c"), "tlm-small-znver3-2c")
-    assert named.model_id == "tlm-small-znver3-2c" and none is None

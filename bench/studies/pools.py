@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from bench._common import RESULTS, geomean, machine
-from bench.judging import CORPUS, judged_model, judging_set
+from bench.judging import CORPUS, judging_set
 
 
 
@@ -119,11 +119,11 @@ def main() -> None:
     from collectors.cost_model import CostModel
     from collectors.hardware import detect_hardware
     from tlm.model.network import load_model
-    from tlm.service.catalog import ranker_for
+    from tlm.service.catalog import chosen_model, ranker_for
 
     fast_import.install()
     hw = detect_hardware("cpu")
-    dirs = args.model or [judged_model(hw, None)[0].path]
+    dirs = args.model or [chosen_model(hw).entry.path]
     tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks, outside=args.outside)
     t0 = time.time()
     res: dict = {"machine": machine(hw), "hardware": hw.key, "reference": "ms_256", "models": {}}

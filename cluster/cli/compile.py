@@ -406,7 +406,7 @@ def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list, console
     pool sized by the task's weight in the model. Without ``--tlm-model``, the model the server
     would pick (``catalog.serving_model``): on a key with no model of its own, the nearest one,
     said (``args.model_fallback``)."""
-    from tlm.service.catalog import key_cost_model, ranker_for, resolve_model, serving_model
+    from tlm.service.catalog import chosen_model, key_cost_model, ranker_for
     from tlm.model.network import load_model
     from tlm.service.whole_model import endpoint_source, local_source, search_improver, weighted_pools
 
@@ -414,14 +414,11 @@ def _source(args: argparse.Namespace, hw: Any, corpus: Any, tasks: list, console
         return (endpoint_source(args.endpoint, hw.key, token=os.environ.get("TLM_SERVE_TOKEN"), rank=not args.no_rank,
                                 pools=weighted_pools(tasks)),
                 f"endpoint {args.endpoint}", search_improver(hw, None if args.no_rank else key_cost_model(hw.key)))
-    if args.tlm_model:
-        entry = resolve_model(args.tlm_model, corpus)
-    else:  # as the server answers: the key's own model, else the nearest one (a fallback, said)
-        serving = serving_model(hw, corpus)
-        entry = serving.entry
-        if serving.fallback:
-            args.model_fallback = serving.why
-            console.print(f"[yellow]{serving.why}[/yellow]")
+    chosen = chosen_model(hw, args.tlm_model, corpus)  # unnamed: the key's own, else the nearest (said)
+    entry = chosen.entry
+    if chosen.fallback:
+        args.model_fallback = chosen.why
+        console.print(f"[yellow]{chosen.why}[/yellow]")
     model, tokenizer, _ = load_model(entry.path)
     ranker = None if args.no_rank else ranker_for(entry.path, hw.key)[0]
     return (local_source(hw, model, tokenizer, entry.model_id, ranker, weighted_pools(tasks)), entry.model_id,

@@ -157,6 +157,18 @@ def pretrained_model(corpus: Any | None = None, *, root: str = SHIPPED_MODELS) -
     return found
 
 
+def chosen_model(hardware: Any, name: str | None = None, corpus: Any | None = None, *,
+                 root: str = SHIPPED_MODELS) -> Serving:
+    """The model a command writes ``hardware``'s schedules with: ``name`` (:func:`resolve_model`)
+    when the user named one, never a fallback; else the one the server answers the key with
+    (:func:`serving_model`: the key's own, else the nearest, a fallback whose ``why`` the command
+    says). One rule for ``tlm compile`` and the benchmarks, so a benchmark judges what a
+    deployer on that key gets."""
+    if name:
+        return Serving(resolve_model(name, corpus, root=root), False)
+    return serving_model(hardware, corpus, root=root)
+
+
 def resolve_model(name: str, corpus: Any | None = None, *, root: str = SHIPPED_MODELS) -> ModelEntry:
     """A model named by the user: a directory, a registered or shipped model id, or ``shipped``
     (the pretrained base). Raises :class:`NoModel` naming what is accepted."""
