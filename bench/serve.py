@@ -20,6 +20,9 @@ MobileNetV2 and BERT-base, heaviest first) sent as TVMScript, as a deployer woul
   time for the same task (the paper's "up to 61x" is this ratio), and the latency each got,
   both re-measured by the same ``measure_schedules`` in this process.
 
+``--model A --model B``: only the in-process latency of each model, side by side
+(``serve_models.json``): a cheaper model timed beside the one it would replace.
+
 JSON to ``bench/results/serve.json``. Run on a quiet machine: the numbers are wall times.
 """
 from __future__ import annotations
@@ -109,6 +112,37 @@ def library_path(tasks: list, hw, model, tok, repeats: int, fast: dict) -> dict:
     return {**out, "same_schedules": sum(texts[t.task_name] == fast[t.task_name] for t in tasks)}
 
 
+def models_side_by_side(args: argparse.Namespace) -> None:
+    """Several models' greedy latency on the same held-out tasks in one process, at the default
+    threads, timed in the order A B .. B A so that the host's drift (up to 1.6x between calls on
+    one host) falls on both: a cheaper forward judged by wall time beside the model it would
+    replace (issue 33's "greedy <= 50 ms" lever); their schedules' quality is judged apart, measured
+    (``bench.studies.side_by_side``)."""
+    from collectors.hardware import detect_hardware, hardware_for_key
+    from tlm.model.network import load_model, read_model_info
+    from tlm.service.generator import generate
+
+    host = detect_hardware("cpu")
+    loaded = {os.path.basename(os.path.normpath(d)): load_model(d) for d in args.model}
+    keys = sorted({k for d in args.model if (k := read_model_info(d).get("hardware_key"))})
+    hw = hardware_for_key(keys[0]) if keys else host  # compile only: the first model's key's target
+    tasks = judging_set(hw, corpus_dir=args.corpus, max_tasks=args.tasks, outside=False)
+    runs: dict = {name: [] for name in loaded}
+    for name in list(loaded) + list(reversed(loaded)):
+        model, tok, _ = loaded[name]
+        generate(tasks[0], hw, model, tok)  # warm: its weights in the caches
+        runs[name].append(in_process(tasks, hw, model, tok, args.repeats)[0])
+    res = {"machine": machine(host), "hardware": hw.key, "tasks": [t.task_name for t in tasks],
+           "models": {name: {"cold_p50_s": statistics.median(r["cold_p50_s"] for r in rs),
+                             "p50_s": statistics.median(r["p50_s"] for r in rs), "runs": rs}
+                      for name, rs in runs.items()}}
+    for name, r in res["models"].items():
+        print(f"{name}: a new subgraph p50 {r['cold_p50_s'] * 1e3:.0f} ms, the same again {r['p50_s'] * 1e3:.0f} ms")
+    out = os.path.join(os.path.dirname(args.out), "serve_models.json")
+    with open(out, "w") as f:
+        json.dump(res, f, indent=2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=os.path.join(ROOT, "data", "corpus"))
@@ -122,7 +156,15 @@ def main() -> None:
     ap.add_argument("--in-process-only", action="store_true",
                     help="only the in-process generator's latency (no server, no search), to --out's "
                          "serve_in_process.json beside it")
+    ap.add_argument("--model", action="append", default=[], metavar="DIR",
+                    help="with two or more: only their in-process latency, side by side (a cheaper model "
+                         "against the shipped one), to --out's serve_models.json beside it")
     args = ap.parse_args()
+    if len(args.model) == 1:
+        ap.error("--model: give two or more model directories to time side by side")
+    if args.model:
+        models_side_by_side(args)
+        return
 
     import httpx
     import torch

@@ -134,6 +134,10 @@ def prepare(cfg: TrainConfig, job: TrainJob) -> dict:
         if longest > mcfg.n_positions:
             raise ValueError(f"a fine-tuning sentence has {longest} tokens but the base model reads at "
                              f"most {mcfg.n_positions}; pretrain a base with a longer context")
+        if cfg.layers > mcfg.n_layer:
+            raise ValueError(f"--layers {cfg.layers}: the base model has {mcfg.n_layer} blocks")
+        if cfg.layers:
+            mcfg = replace(mcfg, n_layer=cfg.layers)
     else:
         extra = {w for r in rows["train"] for w in r["text"].split()[: r["prompt_len"]]}
         tokenizer = build_tokenizer(extra)

@@ -56,6 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="> 0: evaluate on at most this many batches per worker (a large test split)")
     p.add_argument("--max-failures", type=int, default=0, help="worker failures to recover from in one run")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    p.add_argument("--layers", type=int, default=0, metavar="N",
+                   help="finetune: keep only the base's first N blocks (a smaller student; default all)")
     p.add_argument("--quality-tasks", type=int, default=0, metavar="N",
                    help="finetune: measure the greedy schedules of N held-out tasks against the corpus's best")
     p.set_defaults(func=run_train)
@@ -117,7 +119,7 @@ def _config(args: argparse.Namespace):
         batch_size=args.batch_size, lr=args.lr if args.lr is not None else (3e-4 if finetune else TrainConfig.lr),
         loss_weighting=args.loss_weighting or ("latency" if finetune else "none"), weight_power=args.weight_power,
         eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed,
-        warmup_steps=5 if finetune else TrainConfig.warmup_steps,
+        warmup_steps=5 if finetune else TrainConfig.warmup_steps, layers=args.layers,
     )
     base_path = base_id = None
     register = not args.no_register

@@ -49,13 +49,16 @@ def test_pretrain_on_two_workers_registers_a_loadable_model_and_finetunes_from_i
 
     rc = main(["train", "--stage", "finetune", "--hardware", "cpu-znver4-2c", "--base", "pt", "--dataset",
                str(dataset), "--workers", "1", "--max-steps", "2", "--eval-every", "2", "--batch-size", "2",
-               "--corpus", str(corpus), "--out", str(out), "--name", "ft"])
+               "--corpus", str(corpus), "--out", str(out), "--name", "ft", "--layers", "1"])
     assert rc == 0
+    # --layers 1: the student keeps the base's first block only (a cheaper forward) and loads as such
+    assert GPT2LMHeadModel.from_pretrained(out / "ft", use_safetensors=True).config.n_layer == 1
     with Corpus.open(corpus) as c:
         ft = c.newest_model("cpu-znver4-2c")
         assert ft["model_id"] == "ft" and ft["base_model_id"] == "pt"
     info = json.loads((out / "ft" / "tlm_model.json").read_text())
     assert info["stage"] == "finetune" and info["train"]["loss_weighting"] == "latency"
+    assert info["train"]["layers"] == 1 and info["model_config"]["n_layer"] == 1
     assert main(["models", "--corpus", str(corpus)]) == 0
     listing = capsys.readouterr().out
     assert "ft" in listing and "cpu-znver4-2c" in listing and "pt" in listing
@@ -72,6 +75,7 @@ def test_bad_training_options_are_one_line_errors(sets, tmp_path, capsys):
         (["--stage", "finetune", "--hardware", "Bad Key", "--base", "x"], "hardware key 'Bad Key'"),
         (["--stage", "pretrain", "--workers", "0"], "--workers must be >= 1"),
         (["--stage", "pretrain", "--eval-batches", "-1"], "eval_batches must be >= 0, got -1"),
+        (["--stage", "pretrain", "--layers", "1"], "a pretrained model's shape is its preset"),
     ]
     for extra, message in cases:
         rc = main(["train", "--dataset", str(dataset), "--corpus", str(corpus), "--out", str(tmp_path), *extra])
@@ -154,3 +158,7 @@ def test_one_model_for_several_keys_learns_their_rows_and_records_them(sets, tmp
     assert both["info"]["hardware_key"] is None and one["info"]["hardware_keys"] == ["cpu-znver4-2c"]
     with pytest.raises(ValueError, match="no training sentences for hardware cpu-rocketlake-2c"):
         spec("cpu-rocketlake-2c", "cpu-icelake-2c")
+    with pytest.raises(ValueError, match="--layers 5: the base model has 4 blocks"):
+        prepare(TrainConfig(stage="finetune", batch_size=2, layers=5),
+                TrainJob(dataset_dir=str(dataset), storage_path=str(tmp_path), name="deep", base_path=base,
+                         hardware_key="cpu-znver4-2c"))

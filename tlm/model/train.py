@@ -53,6 +53,7 @@ class TrainConfig:
     eval_batches: int = 0  # > 0: evaluate on at most this many batches per worker
     log_every: int = 10  # steps between progress lines
     seed: int = 0  # model initialisation and data order
+    layers: int = 0  # finetune: > 0 keeps only the base's first N blocks (a smaller, cheaper student)
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -68,6 +69,9 @@ class TrainConfig:
             raise ValueError(f"weight_power must be > 0, got {self.weight_power}")
         if self.epochs <= 0 and self.max_steps <= 0:
             raise ValueError("either epochs or max_steps must be > 0")
+        if self.layers < 0 or (self.layers and self.stage != "finetune"):
+            raise ValueError(f"layers keeps a fine-tuning base's first N blocks (N >= 1), got {self.layers} "
+                             f"for stage {self.stage}; a pretrained model's shape is its preset")
 
 
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -208,6 +212,18 @@ def grow_vocabulary(model: Any, size: int) -> None:
         w[old:] = w[:old].mean(0)
 
 
+def keep_blocks(model: Any, n: int) -> None:
+    """Keep ``model``'s first ``n`` transformer blocks (``TrainConfig.layers``): a student that
+    starts from a base's embeddings and lower blocks costs ``n`` / the base's blocks of its forward
+    (what a served greedy schedule spends most of its time in). Nothing when it has ``n`` or fewer."""
+    import torch
+
+    blocks = model.transformer.h
+    if len(blocks) > n:
+        model.transformer.h = torch.nn.ModuleList(list(blocks)[:n])
+        model.config.n_layer = n
+
+
 def train_loop_per_worker(config: dict) -> None:
     """Train a TLM; the body of every Ray Train worker (or called directly with a LocalSession).
 
@@ -236,6 +252,7 @@ def train_loop_per_worker(config: dict) -> None:
         model = load_weights(start) if start else build_model(mcfg, seed=cfg.seed)
         if not state and start:  # a base: it may learn a newer language's words (cluster.train_job.prepare)
             grow_vocabulary(model, mcfg.vocab_size)
+            keep_blocks(model, mcfg.n_layer)
         model.config.tlm_language = mcfg.language
         model, device = session.prepare(model)  # placed (and DDP-wrapped) before the optimizer sees it
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
