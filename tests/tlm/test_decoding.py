@@ -172,3 +172,15 @@ def test_decoding_takes_every_core_on_a_quiet_host_and_one_beside_a_measurement(
     assert generator.decode_threads() == 1
     monkeypatch.setattr(generator, "DECODE_THREADS", 3)
     assert generator.decode_threads() == 3
+
+
+def test_the_kept_vocabulary_is_the_tokenizers_and_follows_words_added_to_it():
+    """The generator keeps each tokenizer's vocabulary (``get_vocab`` rebuilds it on every call);
+    a tokenizer that learns words (a newer language version) is read again."""
+    from tlm.service.constrained import vocabulary
+
+    tok = build_tokenizer(set())
+    kept = vocabulary(tok)
+    assert kept == tok.get_vocab() and vocabulary(tok) is kept
+    tok.add_tokens(["a_word_no_language_has"])
+    assert vocabulary(tok) == tok.get_vocab() and "a_word_no_language_has" in vocabulary(tok)

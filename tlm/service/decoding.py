@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tlm.language import EOS, LanguageError
-from tlm.service.constrained import vocab_ids
+from tlm.service.constrained import vocab_ids, vocabulary
 
 #: ``(prompt index, words generated so far)`` -> the words that keep the sentence valid next
 Allowed = Callable[[int, list[str]], set[str]]
@@ -41,13 +41,14 @@ def decode_constrained(model: Any, tokenizer: Any, prompts: list[list[str]], all
         raise ValueError("copies > 1 needs sample=True (greedy copies would be identical)")
     if not temperature > 0:
         raise ValueError(f"temperature must be above 0, got {temperature}")
-    vocab = tokenizer.get_vocab()
+    vocab = vocabulary(tokenizer)
     words_of = tokenizer.convert_ids_to_tokens
     if encoded is None:
         encoded = tokenizer([" ".join(p) for p in prompts])["input_ids"]
     n_prompts = len(encoded)
     gen = torch.Generator().manual_seed(seed)
-    model.eval()
+    if model.training:  # eval() walks every module: ~0.3 ms a request when it is a no-op
+        model.eval()
     with torch.no_grad():
         cache, logits = _prefill(model, encoded, tokenizer.pad_token_id)
         rows = [p for p in range(n_prompts) for _ in range(copies)]
