@@ -95,6 +95,20 @@ LOCATIONS = ("rule", "sketch")
 ROOT, INLINE = -1, -2
 
 
+#: The rules' second opinions: the knobs they fix otherwise, each tried on its own (MetaSchedule's
+#: other auto-unroll steps; the Roller-style tiles the blocked plan replaced). Never served
+#: unmeasured: a ranked pool puts them right after the rules' own program, so that a measured
+#: budget (best-of-k, ``tlm compile --budget``) tries them first (``tlm.service.generator.rule_rows``).
+#: Chosen by ``python -m bench.studies.rule_portfolio`` (Emerald Rapids, 2026-12-06, one call per
+#: task, ``bench/results/rule_portfolio-emeraldrapids-2c.json``): on the 20 quality tasks the rules
+#: 1.02x MS@256 and the fastest of the rules and these three 1.09x (a first exploration, 0.96x ->
+#: 1.08x: the Roller-style tiles 1.4-1.7x the rules on MobileNetV2's `conv2d25`/`conv2d29` and BERT's
+#: 512 x 64 x 512 `matmul1`, unroll 512 1.25x on ViT's MLP matmul, unroll 16 1.24x on `conv2d6`); on
+#: the key's 16 fixed training workloads 1.06x -> 1.15x the corpus's best. Forcing the other blocked
+#: plan adds at most 1% beside these.
+VARIANTS: tuple[dict[str, Any], ...] = ({"unroll": 512}, {"unroll": 16}, {"blocked": False})
+
+
 @dataclass
 class RuleSchedule:
     """The rule scheduler's program for one task."""
@@ -117,6 +131,37 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     ``max_step`` taken where the sketch samples one (bench/studies/unroll.py). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
+    _check(hardware, blocking, locations, unroll)
+    t0 = time.perf_counter()
+    sketches = design_space(as_module(task.mod), hardware)
+    return _rule_schedule(task, hardware, sketches, time.perf_counter() - t0, blocked, blocking, locations, unroll)
+
+
+def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any], ...] = VARIANTS) -> list[RuleSchedule]:
+    """The rules' program (:func:`rule_schedule`), then each of ``variants`` (its options; by
+    default :data:`VARIANTS`) that gives one, the design space built once for all. Raises
+    ``ValueError`` as :func:`rule_schedule` does when the rules' own program has no sketch; a
+    variant no sketch accepts is left out. Programs may repeat (a variant the rules' own choice
+    already made)."""
+    options = [{}, *variants]
+    for o in options:
+        _check(hardware, o.get("blocking", "auto"), o.get("locations", "rule"), o.get("unroll", UNROLL_STEP))
+    t0 = time.perf_counter()
+    sketches = design_space(as_module(task.mod), hardware)
+    built = time.perf_counter() - t0
+    out = []
+    for n, o in enumerate(options):
+        try:
+            out.append(_rule_schedule(task, hardware, sketches, built, o.get("blocked", True), o.get("blocking", "auto"),
+                                      o.get("locations", "rule"), o.get("unroll", UNROLL_STEP)))
+        except ValueError:
+            if n == 0:
+                raise
+    return out
+
+
+def _check(hardware: Hardware, blocking: str, locations: str, unroll: int) -> None:
+    """:func:`rule_schedule`'s argument checks."""
     if hardware.kind != "cpu":
         raise ValueError(f"the rule scheduler is for CPUs; {hardware.key} is {hardware.kind} (use tvm.s_tir.dlight)")
     if blocking not in PLANS:
@@ -125,8 +170,13 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
         raise ValueError(f"unknown compute locations {locations!r}; one of {', '.join(LOCATIONS)}")
     if unroll not in UNROLL_STEPS:
         raise ValueError(f"unroll step {unroll} is none a sketch samples; one of {', '.join(map(str, UNROLL_STEPS))}")
-    t0 = time.perf_counter()
-    sketches = design_space(as_module(task.mod), hardware)
+
+
+def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: float, blocked: bool, blocking: str,
+                   locations: str, unroll: int) -> RuleSchedule:
+    """:func:`rule_schedule` on a design space built already (in ``built_s``): the first sketch,
+    in the rules' order, whose rule-chosen program every postprocessor accepts."""
+    t0 = time.perf_counter() - built_s
     short = _longest_reduction(task) <= 2 * vector_lanes(hardware.vector_bits, "float32")
     order = sorted(range(len(sketches)), key=lambda i: (short and _rfactors(sketches[i].trace),
                                                          -_tiled_loops(sketches[i].trace),

@@ -91,12 +91,13 @@ def test_the_fine_tuned_model_ships_a_cost_model_held_out_like_itself_that_ranks
     model, tok, _ = load_model(str(d))
     g = generate(task_from_index(w), detect_hardware("cpu"), model, tok, k=3, ranker=ranker, pool=8)
     assert len(g.candidates) == 3 and all(c.predicted is not None for c in g.candidates)
-    # the rules' program is served first whatever its prediction (generator.RULES_FIRST), the
-    # model's programs after it, best predicted first
+    # the rules' program is served first whatever its prediction (generator.RULES_FIRST), its
+    # variants and then the model's programs after it, each best predicted first
     if g.candidates[0].origin == "rules":
         assert all(c.origin != "rules" for c in g.candidates[1:])
-    ranked = [c.predicted for c in g.candidates if c.origin != "rules"]
-    assert ranked == sorted(ranked, reverse=True)
+    for origin in ("rules-variant", "model"):
+        ranked = [c.predicted for c in g.candidates if c.origin == origin]
+        assert ranked == sorted(ranked, reverse=True)
 
 
 def test_every_key_of_the_shipped_corpus_ranks_with_its_own_cost_model(tmp_path):

@@ -407,6 +407,20 @@ def test_the_unroll_step_is_the_one_asked_for_and_one_no_sketch_samples_is_refus
         rule_schedule(task, cpu_hw, unroll=100)
 
 
+def test_the_rules_variants_start_with_the_rules_program_and_are_refused_when_unknown(cpu_hw):
+    from collectors.rules import rule_variants
+    from tests.helpers.workloads import make_task, matmul_relu_mod
+
+    task = make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul")
+    own, *others = rule_variants(task, cpu_hw, ({"unroll": 512}, {"blocked": False}))
+    assert own.schedule.mod.script() == rule_schedule(task, cpu_hw).schedule.mod.script()
+    assert [o.schedule.mod.script() for o in others] == [
+        rule_schedule(task, cpu_hw, unroll=512).schedule.mod.script(),
+        rule_schedule(task, cpu_hw, blocked=False).schedule.mod.script()]
+    with pytest.raises(ValueError, match="unknown blocked plan 'blis'"):
+        rule_variants(task, cpu_hw, ({"blocking": "blis"},))
+
+
 def test_an_unknown_blocked_plan_is_refused(cpu_hw):
     from tests.helpers.workloads import make_task, matmul
 

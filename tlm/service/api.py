@@ -91,7 +91,8 @@ class CandidateOut(BaseModel):
     sketch_id: int
     score: float | None = None  # mean log-probability per decision token (None: a corpus record's)
     predicted: float | None = None  # the cost model's score (higher is faster), when it ranked
-    origin: str = "model"  # "rules": the rule baseline's program, ranked beside the model's; "corpus": measured
+    origin: str = "model"  # "rules": the rule baseline's program, ranked beside the model's; "rules-variant": one of
+    # the rules' second opinions (collectors.rules.VARIANTS), next in a ranked pool; "corpus": measured
     decisions: list[str]  # the decision words of the sentence
     trace: list = Field(description="the postprocessed MetaSchedule trace with its decisions (Trace.as_json), "
                                     "as a tuning record stores it")

@@ -25,7 +25,8 @@ by the model's mean log-probability per decision token (``Candidate.score``).
   (geomean), of 16 beams 0.49x, since beams differ in a word or two (bench/results/pools.json). Still
   deterministic (seeded samples, greedy and the booster are), still no measurement. The rule
   baseline's program (BLIS-style blocking) is in every ranked pool and served first where the
-  rules write one (:data:`RULES_FIRST`): no learned ranking's first pick has matched it yet.
+  rules write one (:data:`RULES_FIRST`): no learned ranking's first pick has matched it yet;
+  the rules' second opinions (``collectors.rules.VARIANTS``) come next, for a measured budget.
   A ranked ``k == 1`` is then that program alone, and no pool is sampled for it.
 """
 from __future__ import annotations
@@ -98,7 +99,8 @@ class Candidate:
     predicted: float | None = None  # the cost model's score (higher is faster), when one ranked it
     latency_s: float | None = None  # measured (correct) latency, once measure_candidates ran
     error: str | None = None  # why its measurement failed (build, run, wrong answer)
-    origin: str = "model"  # who wrote it: "model", or "rules" (the rule baseline's program in a ranked pool)
+    origin: str = "model"  # who wrote it: "model", "rules" (the rule baseline's program in a ranked pool) or
+    # "rules-variant" (one of the rules' second opinions, collectors.rules.VARIANTS, tried next)
 
     @property
     def score(self) -> float:
@@ -189,22 +191,21 @@ def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int
     prompts = [prompt_tokens(space, sk, language_of(model)) for sk in sketches]
     with _torch_threads(decode_threads()):
         t0 = time.perf_counter()
-        ruled = [] if ranker is None else rule_rows(task, hardware, sketches)
+        served_alone = rules_first and k == 1 and not whole  # the rules' own program, no pool
+        ruled = [] if ranker is None else rule_rows(task, hardware, sketches, variants=not served_alone)
         if ranker is None:
             rows = decode_prompts(model, tokenizer, task, hardware, prompts, k, healthy=healthy)
-        elif ruled and rules_first and k == 1 and not whole:
-            rows = list(ruled)  # served first whatever the pool holds
+        elif ruled and served_alone:
+            rows = ruled[:1]  # served first whatever the pool holds
         else:  # the greedy programs first: the cost model then never loses the likelihood's favourite
             rows = decode_prompts(model, tokenizer, task, hardware, prompts, 1, healthy=healthy)
             rows += decode_prompts(model, tokenizer, task, hardware, prompts, max(1, -(-pool // len(prompts))),
                                    sample=True, healthy=healthy, temperature=temperature)
             rows += ruled
         cands = likelihood_ranked(model, tokenizer, prompts, sketches, rows)
-        if ruled:
-            words = prompts[ruled[0][0]] + ruled[0][1]
-            for c in cands:
-                if c.words == words:
-                    c.origin = "rules"  # the model may have written it too: then it is the rules' as well
+        rule_words = {tuple(prompts[i] + w): "rules" if n == 0 else "rules-variant" for n, (i, w, _) in enumerate(ruled)}
+        for c in cands:  # the model may have written one too: then it is the rules' as well
+            c.origin = rule_words.get(tuple(c.words), c.origin)
         out.generate_s = time.perf_counter() - t0
     keep = cands[:k] if ranker is None else cands
     t1 = time.perf_counter()
@@ -217,8 +218,8 @@ def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int
         for c, p in zip(keep, ranker.predict(task, hardware, [c.schedule for c in keep])):
             c.predicted = float(p)
         keep.sort(key=lambda c: -c.predicted)  # stable: equal predictions keep the likelihood's order
-        if rules_first:
-            keep.sort(key=lambda c: c.origin != "rules")  # stable: the rest keep the cost model's order
+        if rules_first:  # stable: the rules' variants, then the rest, each in the cost model's order
+            keep.sort(key=lambda c: (c.origin != "rules", c.origin != "rules-variant"))
         out.rank_s, out.pool = time.perf_counter() - t2, len(keep)
     out.candidates = keep
     return out
@@ -250,22 +251,35 @@ def serial_default(task: Task, hardware: Hardware) -> str | None:
             f"parallelizes it; TVM's default (serial) lowering kept")
 
 
-def rule_rows(task: Task, hardware: Hardware, sketches: list) -> list[tuple[int, list[str], None]]:
+def rule_rows(task: Task, hardware: Hardware, sketches: list, *, variants: bool = False) -> list[tuple[int, list[str], None]]:
     """The rule baseline's program (``collectors.rules``, BLIS-style blocking) as a row of the
-    pool: the cost model ranks it beside the model's programs, so the served top-1 is never
-    slower than the rules by the cost model's reckoning (issue 32, item 6). None on a GPU, or
-    where the rules give no program of a live sketch."""
-    from collectors.rules import rule_schedule
+    pool (issue 32, item 6), and with ``variants`` the rules' second opinions after it
+    (``collectors.rules.VARIANTS``, each program once): a ranked pool serves the first first and
+    tries the others next when it may measure. None on a GPU, or where the rules give no program
+    of a live sketch (a variant without one is left out)."""
+    from collectors.rules import rule_schedule, rule_variants
     from tlm.language import LanguageError, encode
 
     if hardware.kind != "cpu":
         return []
     try:
-        sentence = encode(task, hardware, rule_schedule(task, hardware).schedule.trace)
-    except (ValueError, LanguageError):
+        programs = rule_variants(task, hardware) if variants else [rule_schedule(task, hardware)]
+    except ValueError:
         return []
-    idx = next((i for i, sk in enumerate(sketches) if sk.sketch_id == sentence.sketch_id), None)
-    return [] if idx is None else [(idx, list(sentence.decisions), None)]
+    rows: list[tuple[int, list[str], None]] = []
+    for n, program in enumerate(programs):
+        try:
+            sentence = encode(task, hardware, program.schedule.trace)
+        except (ValueError, LanguageError):
+            if n == 0:
+                return []
+            continue
+        idx = next((i for i, sk in enumerate(sketches) if sk.sketch_id == sentence.sketch_id), None)
+        if idx is None and n == 0:
+            return []
+        if idx is not None and (idx, list(sentence.decisions), None) not in rows:
+            rows.append((idx, list(sentence.decisions), None))
+    return rows
 
 
 def likelihood_ranked(model: Any, tokenizer: Any, prompts: list[list[str]], sketches: list, rows: list) -> list[Candidate]:
