@@ -99,8 +99,7 @@ class Candidate:
     predicted: float | None = None  # the cost model's score (higher is faster), when one ranked it
     latency_s: float | None = None  # measured (correct) latency, once measure_candidates ran
     error: str | None = None  # why its measurement failed (build, run, wrong answer)
-    origin: str = "model"  # who wrote it: "model", "rules" (the rule baseline's program in a ranked pool) or
-    # "rules-variant" (one of the rules' second opinions, collectors.rules.VARIANTS, tried next)
+    origin: str = "model"  # who wrote it: "model", "rules" (the rule baseline's) or "rules-variant" (rules.VARIANTS)
 
     @property
     def score(self) -> float:
@@ -270,14 +269,12 @@ def rule_rows(task: Task, hardware: Hardware, sketches: list, *, variants: bool 
     for n, program in enumerate(programs):
         try:
             sentence = encode(task, hardware, program.schedule.trace)
-        except (ValueError, LanguageError):
+            idx = next(i for i, sk in enumerate(sketches) if sk.sketch_id == sentence.sketch_id)
+        except (ValueError, LanguageError, StopIteration):  # no sentence, or of no live sketch
             if n == 0:
                 return []
             continue
-        idx = next((i for i, sk in enumerate(sketches) if sk.sketch_id == sentence.sketch_id), None)
-        if idx is None and n == 0:
-            return []
-        if idx is not None and (idx, list(sentence.decisions), None) not in rows:
+        if (idx, list(sentence.decisions), None) not in rows:
             rows.append((idx, list(sentence.decisions), None))
     return rows
 
