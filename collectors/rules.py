@@ -131,10 +131,8 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     ``max_step`` taken where the sketch samples one (bench/studies/unroll.py). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
-    _check(hardware, blocking, locations, unroll)
-    t0 = time.perf_counter()
-    sketches = design_space(as_module(task.mod), hardware)
-    return _rule_schedule(task, hardware, sketches, time.perf_counter() - t0, blocked, blocking, locations, unroll)
+    return _programs(task, hardware, [{"blocked": blocked, "blocking": blocking, "locations": locations,
+                                        "unroll": unroll}])[0]
 
 
 def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any], ...] = VARIANTS) -> list[RuleSchedule]:
@@ -143,17 +141,23 @@ def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any]
     ``ValueError`` as :func:`rule_schedule` does when the rules' own program has no sketch; a
     variant no sketch accepts is left out. Programs may repeat (a variant the rules' own choice
     already made)."""
-    options = [{}, *variants]
-    for o in options:
-        _check(hardware, o.get("blocking", "auto"), o.get("locations", "rule"), o.get("unroll", UNROLL_STEP))
+    return _programs(task, hardware, [{}, *variants])
+
+
+def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> list[RuleSchedule]:
+    """The program of each of ``options`` (:func:`rule_schedule`'s keywords, the defaults where
+    absent) on one design space; the first must give one, a later one without is left out."""
+    opts = [{"blocked": True, "blocking": "auto", "locations": "rule", "unroll": UNROLL_STEP, **o} for o in options]
+    for o in opts:
+        _check(hardware, o["blocking"], o["locations"], o["unroll"])
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
     built = time.perf_counter() - t0
     out = []
-    for n, o in enumerate(options):
+    for n, o in enumerate(opts):
         try:
-            out.append(_rule_schedule(task, hardware, sketches, built, o.get("blocked", True), o.get("blocking", "auto"),
-                                      o.get("locations", "rule"), o.get("unroll", UNROLL_STEP)))
+            out.append(_rule_schedule(task, hardware, sketches, built, o["blocked"], o["blocking"], o["locations"],
+                                      o["unroll"]))
         except ValueError:
             if n == 0:
                 raise
