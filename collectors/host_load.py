@@ -39,7 +39,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from storage.runs import driver_alive, process_stat, this_driver
 
@@ -128,6 +128,28 @@ class QuietHost:
             load = sample_load(window_s)
             if not self.busy(load) or time.monotonic() >= deadline:
                 return load
+
+
+def time_on_quiet_host(measure: Callable[[], float],
+                       policy: QuietHost | None = None) -> tuple[float | None, float | None, str | None]:
+    """``(measure()'s value, others' load, None)`` taken on a quiet host, or ``(None, load, error)``.
+
+    For timings made in this process rather than in the runner's worker (PyTorch eager beside the
+    schedules a judge measures): the same rule as a candidate's, redone once the host is quiet,
+    an error after ``policy.redo`` redos. A judge's eager figure once read 19.3 ms against 2.9 ms
+    the run before, taken beside a dataset build (ViT's ``fused_matmul4_add3``, Emerald Rapids)."""
+    policy = policy or QuietHost.from_env()
+    load: float | None = None
+    own: float | None = None
+    for attempt in range(policy.redo + 1):
+        meter = LoadMeter()
+        value = measure()
+        load, own = meter.other_cores(), meter.own_cores()
+        if not policy.busy(load, own):
+            return value, load, None
+        if attempt < policy.redo:
+            policy.wait_until_quiet()
+    return None, load, busy_error(load, own, policy)
 
 
 def busy_error(load: float | None, own: float | None, policy: QuietHost) -> str:

@@ -138,19 +138,23 @@ def judge(task: Task, hardware: Hardware, methods: dict[str, Method], *, torch_e
 
 
 def time_torch_equivalent(task: Task, hardware: Hardware) -> dict | None:
-    """PyTorch eager's latency on the task's operator (None when no PyTorch call reproduces it)."""
+    """PyTorch eager's latency on the task's operator (None when no PyTorch call reproduces it),
+    timed on a quiet host as the schedules are (``collectors.host_load.time_on_quiet_host``): beside
+    a busy core it is an error, not a latency."""
     import torch
 
     from collectors.compile import time_torch
     from collectors.correctness import make_reference
+    from collectors.host_load import time_on_quiet_host
 
     ref = make_reference(task.mod)
     fn, desc = torch_equivalent(task.op_kind, ref)
     if fn is None:
         return None
     ins = [torch.from_numpy(a.copy()) for a in ref.inputs[:-1]]
-    return {"latency_s": time_torch(fn, ins, threads=hardware.cores), "time_s": 0.0, "candidates": 1,
-            "n_errors": 0, "errors": [], "call": desc}
+    latency, load, err = time_on_quiet_host(lambda: time_torch(fn, ins, threads=hardware.cores))
+    return {"latency_s": latency, "time_s": 0.0, "candidates": 1, "n_errors": int(err is not None),
+            "errors": [err] if err else [], "call": desc, "host_load": load}
 
 
 def torch_equivalent(op_kind: str, ref: Any) -> tuple[Any, str]:

@@ -84,6 +84,28 @@ def test_recording_only_keeps_the_latency_and_says_how_busy(cpu_hw, busy_core, m
     assert rec.host_load >= 0.6
 
 
+def test_pytorch_eager_timed_beside_a_busy_core_is_an_error_not_a_latency(cpu_hw, busy_core, monkeypatch):
+    """A judge's eager figure follows the schedules' rule (it once read 6.7x slow beside a build)."""
+    from collectors.judge import time_torch_equivalent
+
+    monkeypatch.setenv("TLM_BUSY_HOST", "redo")
+    monkeypatch.setenv("TLM_BUSY_WAIT_S", "0.2")
+    eager = time_torch_equivalent(_mm_task(), cpu_hw)
+    assert eager["latency_s"] is None and eager["n_errors"] == 1
+    assert eager["errors"][0].startswith("busy host: other processes kept") and eager["host_load"] >= 0.6
+
+
+def test_a_timing_in_process_is_kept_on_a_quiet_host_and_redone_beside_a_busy_one():
+    from collectors.host_load import time_on_quiet_host
+
+    calls = []
+    value, load, err = time_on_quiet_host(lambda: calls.append(1) or 0.5, QuietHost(max_other_cores=1e9))
+    assert (value, err, len(calls)) == (0.5, None, 1)
+    starved = QuietHost(min_own_cores=1e9, redo=1, wait_s=0.0)  # every timing reads as starved
+    value, load, err = time_on_quiet_host(lambda: calls.append(1) or 0.5, starved)
+    assert value is None and "measured 2 times" in err and len(calls) == 3
+
+
 @pytest.mark.timing
 def test_a_busy_candidate_is_measured_again_once_the_host_is_quiet(cpu_hw, monkeypatch):
     """The busy loop stops while the runner waits: the redo's latency is kept, with its low load.
