@@ -130,6 +130,11 @@ class QuietHost:
                 return load
 
 
+#: A timing shorter than this (PyTorch's microsecond calls) reads the host's load over this long
+#: right after it: /proc/stat counts in 10 ms ticks, so a shorter window reads nothing.
+MIN_WINDOW_S = 0.1
+
+
 def time_on_quiet_host(measure: Callable[[], float],
                        policy: QuietHost | None = None) -> tuple[float | None, float | None, str | None]:
     """``(measure()'s value, others' load, None)`` taken on a quiet host, or ``(None, load, error)``.
@@ -143,8 +148,11 @@ def time_on_quiet_host(measure: Callable[[], float],
     own: float | None = None
     for attempt in range(policy.redo + 1):
         meter = LoadMeter()
+        t0 = time.perf_counter()
         value = measure()
         load, own = meter.other_cores(), meter.own_cores()
+        if time.perf_counter() - t0 < MIN_WINDOW_S and load is not None:  # under /proc/stat's resolution
+            load = max(load, sample_load(MIN_WINDOW_S) or 0.0)
         if not policy.busy(load, own):
             return value, load, None
         if attempt < policy.redo:
