@@ -23,6 +23,10 @@ contiguous axis):
   Elsewhere (the dense matmuls of BERT and ViT, K 768-3072) the **sweep** plan: S2 holds the L2
   block, columns of micro-tiles whose input panels share half the L2, rows a quarter (a one-row
   micro-tile, ViT's 197 prime tokens: as few columns as keep its accumulators in the L1);
+* **a pointwise convolution's small image** (``whole_plane``: a 1x1 convolution at 7 x 7 with
+  AVX-512, whose 7-wide rows fill 7 of 16 lanes): the **plane** plan instead, each channel's whole
+  plane one vector run, a block of channels in half the L1 (``plane_plan``: 1.67x on the 22 zoo
+  tasks it changes, Emerald Rapids);
 * **parallel outer loops** (S0): about 8 chunks per core (load balance without tiny tasks):
   the sweep splits first the loops whose chunks read the least input again (``reread``), the
   panel plan the blocks of rows, columns and the other axes; a task whose work is less than starting
@@ -120,7 +124,7 @@ class RuleSchedule:
 
 
 def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, blocking: str = "auto",
-                  locations: str = "rule", unroll: int = UNROLL_STEP) -> RuleSchedule:
+                  locations: str = "rule", unroll: int = UNROLL_STEP, planes: bool = True) -> RuleSchedule:
     """The rule-chosen, postprocessed schedule of ``task`` for a CPU ``hardware``.
 
     ``blocked=False``: the Roller-style tiles alone (the rule baseline before the blocked plan,
@@ -128,11 +132,12 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     plan (:data:`PLANS`); ``locations``: where a producer (a convolution's pad) is computed,
     "rule" (:func:`compute_location`) or "sketch" (the design space's own draw, as the rules
     left it before; bench/studies/pad_location.py measures one against the other); ``unroll``: the
-    ``max_step`` taken where the sketch samples one (bench/studies/unroll.py). Raises ``ValueError`` for a
+    ``max_step`` taken where the sketch samples one (bench/studies/unroll.py); ``planes=False``: no
+    block takes ``blocking.plane_plan`` (bench/studies/plane.py measures it against that). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
     return _programs(task, hardware, [{"blocked": blocked, "blocking": blocking, "locations": locations,
-                                        "unroll": unroll}])[0]
+                                        "unroll": unroll, "planes": planes}])[0]
 
 
 def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any], ...] = VARIANTS) -> list[RuleSchedule]:
@@ -147,7 +152,8 @@ def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any]
 def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> list[RuleSchedule]:
     """The program of each of ``options`` (:func:`rule_schedule`'s keywords, the defaults where
     absent) on one design space; the first must give one, a later one without is left out."""
-    opts = [{"blocked": True, "blocking": "auto", "locations": "rule", "unroll": UNROLL_STEP, **o} for o in options]
+    opts = [{"blocked": True, "blocking": "auto", "locations": "rule", "unroll": UNROLL_STEP, "planes": True, **o}
+            for o in options]
     for o in opts:
         _check(hardware, o["blocking"], o["locations"], o["unroll"])
     t0 = time.perf_counter()
@@ -157,7 +163,7 @@ def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> 
     for n, o in enumerate(opts):
         try:
             out.append(_rule_schedule(task, hardware, sketches, built, o["blocked"], o["blocking"], o["locations"],
-                                      o["unroll"]))
+                                      o["unroll"], o["planes"]))
         except ValueError:
             if n == 0:
                 raise
@@ -177,7 +183,7 @@ def _check(hardware: Hardware, blocking: str, locations: str, unroll: int) -> No
 
 
 def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: float, blocked: bool, blocking: str,
-                   locations: str, unroll: int) -> RuleSchedule:
+                   locations: str, unroll: int, planes: bool = True) -> RuleSchedule:
     """:func:`rule_schedule` on a design space built already (in ``built_s``): the first sketch,
     in the rules' order, whose rule-chosen program every postprocessor accepts."""
     t0 = time.perf_counter() - built_s
@@ -188,7 +194,8 @@ def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: floa
     refused = []
     serial = task_parallel_target(task, hardware) == 1
     for i in order:
-        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking, locations, unroll)
+        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking, locations, unroll,
+                                      planes)
         why = refusing_postproc(sch, task, hardware)
         if why is None:
             return RuleSchedule(sch, i, decisions, time.perf_counter() - t0)
@@ -243,7 +250,7 @@ def rfactor_split(extent: int, max_inner: int) -> list[int]:
 
 def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True,
                  serial: bool = False, blocking: str = "auto", locations: str = "rule",
-                 unroll: int = UNROLL_STEP) -> tuple[Any, dict]:
+                 unroll: int = UNROLL_STEP, planes: bool = True) -> tuple[Any, dict]:
     """Replay a sketch with every decision chosen by rule (``serial``: no parallel loop, the task
     is smaller than what starting one saves); the schedule and the decisions."""
     from tvm.s_tir.schedule import Schedule
@@ -255,7 +262,7 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     chosen: dict[int, Any] = {}
     state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial,
              "rfactor": _rfactors(trace)}
-    planned, window = _blocked_plans(task, hardware, trace, plan, serial, blocking) if blocked else ({}, False)
+    planned, window = _blocked_plans(task, hardware, trace, plan, serial, blocking, planes) if blocked else ({}, False)
     counter = [0]  # the provider is called for every instruction, in trace order
 
     def provider(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
@@ -346,7 +353,7 @@ def _loop_axis(loop: Any) -> str:
 
 
 def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False,
-                   blocking: str = "auto") -> tuple[dict[int, list[int]], bool]:
+                   blocking: str = "auto", planes: bool = True) -> tuple[dict[int, list[int]], bool]:
     """Instruction index -> tiles of every SamplePerfectTile that tiles a block the blocked plan
     covers (a 4-level spatial, 2-level reduction tiling of a block with a contiguous output), and
     whether a block takes the window plan (``blocking.unvectorized``: unrolled all the way)."""
@@ -366,7 +373,8 @@ def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, seri
         axes = block_axes(task.mod, name) if name else None
         if axes is None or len(samples) != len(axes.extents):
             continue
-        plan = blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial, blocking)
+        plan = blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial, blocking,
+                            planes)
         window = window or unvectorized(axes, blocking)
         loops = {p: i for p, i in zip(range(len(axes.extents)), sorted(samples))}
         for p, i in loops.items():

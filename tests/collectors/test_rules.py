@@ -56,18 +56,18 @@ def test_rule_schedules_of_every_small_zoo_task_compute_the_right_answer(cpu_hw,
 @pytest.mark.slow
 def test_rule_schedules_compute_the_right_answer(cpu_hw):
     from collectors.tuner import measure_schedules
-    from tests.helpers.workloads import conv_mod, make_task, matmul_relu_mod, softmax_mod
+    from tests.helpers.workloads import conv_mod, make_task, matmul_relu_mod, pointwise_conv_mod, softmax_mod
 
     checked = []
     for mod, name, kind in ((matmul_relu_mod(), "fused_matmul_relu", "matmul"), (conv_mod(), "conv2d", "conv2d"),
-                            (softmax_mod(), "softmax", "softmax")):
+                            (pointwise_conv_mod(), "conv2d_1x1", "conv2d"), (softmax_mod(), "softmax", "softmax")):
         task = make_task(mod, name, kind)
         r = rule_schedule(task, cpu_hw)
         recs: list = []
         measure_schedules(task, cpu_hw, [r.schedule], tuner="rules", on_records=recs.extend)
         assert len(recs) == 1 and recs[0].error is None and recs[0].latency_s > 0, (name, recs[0].error)
         checked.append(name)
-    assert len(checked) == 3
+    assert len(checked) == 4
 
 
 def test_the_same_task_gets_the_same_rule_schedule(cpu_hw):
@@ -253,6 +253,32 @@ def test_a_convolution_that_takes_no_panel_plan_keeps_its_micro_tiles_over_a_dee
         assert math.prod(plan[i][1] for i, r in enumerate(axes.reduce) if r) > INNER_REDUCTION
         sweep = blocked_plan(axes, hw, plan_kind="sweep")  # a forced sweep stays what it was
         assert math.prod(sweep[i][1] for i, r in enumerate(axes.reduce) if r) <= INNER_REDUCTION
+
+
+def test_a_pointwise_convolution_on_a_7x7_image_vectorizes_each_channels_whole_plane():
+    """MobileNetV2's conv2d28 (1x1, 960 -> 320 at 7 x 7): the rules' micro-kernel of 16 channels x
+    one 7-wide row filled 7 of AVX-512's 16 lanes (331 us on an Emerald Rapids; MS@256 178 us);
+    each channel's 49 outputs as one run, a block of channels in half the L1, 167 us. Not where
+    the row fills its vector as well (AVX2: 7 of 8), nor on a 3x3 convolution (its plane is read
+    at the taps' offsets)."""
+    from collectors.blocking import INNER_REDUCTION, block_axes, blocked_plan, l1_bytes, whole_plane
+    from tests.helpers.corpora import fixed_cpu
+    from tests.helpers.workloads import conv_mod, make_task, pointwise_conv_mod
+
+    avx512, avx2 = fixed_cpu("rocketlake"), fixed_cpu("znver3")
+    axes = block_axes(pointwise_conv_mod(960, 7, 320), "conv2d_nchw")
+    assert axes.plane == axes.vector - 1 and whole_plane(axes, 16) and not whole_plane(axes, 8)
+    plan = blocked_plan(axes, avx512)
+    assert plan[axes.plane] == [1, 1, 1, 7] and plan[axes.vector] == [1, 1, 1, 7]
+    _, chunks, block, inner = plan[axes.rows]
+    assert inner == 1 and block * 49 * 4 <= l1_bytes(avx512) // 2 and chunks >= avx512.cores and chunks * block == 320
+    assert max(plan[i][1] for i, r in enumerate(axes.reduce) if r) == INNER_REDUCTION
+    for before in (blocked_plan(axes, avx512, planes=False), blocked_plan(axes, avx2)):
+        assert before[axes.vector][3] == 7 and before[axes.plane][3] == 1 and before[axes.rows][3] > 1
+    assert block_axes(conv_mod(64, 7, 64), "conv2d_nchw").plane is None
+    task = make_task(pointwise_conv_mod(960, 7, 320), "conv2d28", "conv2d")
+    tiles = [d for d in rule_schedule(task, avx512).decisions.values() if isinstance(d, list) and len(d) == 4]
+    assert tiles.count([1, 1, 1, 7]) == 2
 
 
 def test_a_one_row_micro_tile_sweeps_one_column_block_so_its_accumulators_stay_in_the_l1():

@@ -123,6 +123,17 @@ def conv_mod(c: int = 8, hw: int = 14, f: int = 16):
     return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
 
 
+def pointwise_conv_mod(c: int = 96, hw: int = 7, f: int = 32):
+    """A 1x1 NCHW convolution of stride 1 (no pad), as TOPI writes it (MobileNetV2's projections)."""
+    import tvm
+    from tvm import te, topi
+
+    x = te.placeholder((1, c, hw, hw), name="X")
+    w = te.placeholder((f, c, 1, 1), name="W")
+    y = topi.nn.conv2d_nchw(x, w, 1, 0, 1)
+    return tvm.IRModule({"main": te.create_prim_func([x, w, y])})
+
+
 def depthwise_conv_mod(c: int = 16, hw: int = 16, k: int = 5, stride: int = 2):
     """A depthwise (one filter per channel) NCHW convolution, padded by ``k // 2``, as TOPI writes it."""
     import tvm
