@@ -35,13 +35,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from storage.runs import driver_alive, process_stat, this_driver
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 #: /proc/stat's cpu columns that are time something ran: user nice system [idle iowait] irq softirq steal
@@ -135,29 +139,44 @@ class QuietHost:
 MIN_WINDOW_S = 0.1
 
 
-def time_on_quiet_host(measure: Callable[[], float],
-                       policy: QuietHost | None = None) -> tuple[float | None, float | None, str | None]:
-    """``(measure()'s value, others' load, None)`` taken on a quiet host, or ``(None, load, error)``.
-
-    For timings made in this process rather than in the runner's worker (PyTorch eager beside the
-    schedules a judge measures): the same rule as a candidate's, redone once the host is quiet,
-    an error after ``policy.redo`` redos. A judge's eager figure once read 19.3 ms against 2.9 ms
-    the run before, taken beside a dataset build (ViT's ``fused_matmul4_add3``, Emerald Rapids)."""
-    policy = policy or QuietHost.from_env()
+def redo_while_busy(attempt: Callable[[], tuple[T, float | None, float | None]], policy: QuietHost,
+                    what: str = "a candidate") -> tuple[T | None, float | None, str | None]:
+    """The policy's rule for one measurement: ``attempt()`` gives ``(value, others' load, own
+    cores)``; a value timed beside a busy host is measured again once the host is quiet, and after
+    ``policy.redo`` redos it is an error. Returns ``(value, load, None)`` or ``(None, load, error)``.
+    The runner's candidates and the timings a judge makes in its own process share it."""
     load: float | None = None
     own: float | None = None
-    for attempt in range(policy.redo + 1):
+    for n in range(policy.redo + 1):
+        value, load, own = attempt()
+        if not policy.busy(load, own):
+            return value, load, None
+        if n < policy.redo:
+            logger.info("%s was timed beside %s busy cores of other processes, on %.2f of its own: "
+                        "measured again once the host is quiet", what, load, own or 0.0)
+            policy.wait_until_quiet()
+    return None, load, busy_error(load, own, policy)
+
+
+def time_on_quiet_host(measure: Callable[[], float],
+                       policy: QuietHost | None = None) -> tuple[float | None, float | None, str | None]:
+    """``(measure()'s value, others' load, None)`` taken on a quiet host, or ``(None, load, error)``
+    (:func:`redo_while_busy`).
+
+    For timings made in this process rather than in the runner's worker (PyTorch eager beside the
+    schedules a judge measures). A judge's eager figure once read 19.3 ms against 2.9 ms the run
+    before, taken beside a dataset build (ViT's ``fused_matmul4_add3``, Emerald Rapids)."""
+
+    def attempt() -> tuple[float, float | None, float]:
         meter = LoadMeter()
         t0 = time.perf_counter()
         value = measure()
         load, own = meter.other_cores(), meter.own_cores()
         if time.perf_counter() - t0 < MIN_WINDOW_S and load is not None:  # under /proc/stat's resolution
             load = max(load, sample_load(MIN_WINDOW_S) or 0.0)
-        if not policy.busy(load, own):
-            return value, load, None
-        if attempt < policy.redo:
-            policy.wait_until_quiet()
-    return None, load, busy_error(load, own, policy)
+        return value, load, own
+
+    return redo_while_busy(attempt, policy or QuietHost.from_env(), "PyTorch's timing")
 
 
 def busy_error(load: float | None, own: float | None, policy: QuietHost) -> str:

@@ -16,14 +16,12 @@ timed on MetaSchedule's random arguments, unchecked; the tuner says so in the re
 """
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from typing import Any, Callable
 
-from collectors.host_load import LoadMeter, QuietHost, busy_error
+from collectors.host_load import LoadMeter, QuietHost, redo_while_busy
 from collectors.pools import PoolRegistry
 
-logger = logging.getLogger(__name__)
 
 #: Candidates a runner worker measures before it is replaced: bounds its memory (a worker that had
 #: measured ~1,500 candidates of heavy matmuls held 7.6 GB), at the cost of reloading a reference.
@@ -125,23 +123,23 @@ def make_checked_runner(*, evaluator_config: Any, reference_path: str | None, ti
         """One candidate; beside a busy host, again once it is quiet."""
         args = (str(inp.artifact_path), str(inp.device_type), evaluator_config, reference_path,
                 tuple(a.as_json() for a in inp.args_info), rtol, atol_scale)
-        for attempt in range(quiet.redo + 1):
-            try:
-                costs, load, own = _WORKERS.get(float(timeout_s), initializer).submit(run_one, *args).result()
-            except TimeoutError:
-                return LocalRunnerFuture(error_message=f"timeout: killed after {timeout_s} seconds")
-            except ChildProcessError:
-                return LocalRunnerFuture(error_message="crash: the measuring process died")
-            except Exception as exc:  # noqa: BLE001 - the candidate's error, as data
-                return LocalRunnerFuture(error_message=error_from_runner(str(exc)) or type(exc).__name__)
+
+        def attempt() -> tuple[Any, float | None, float | None]:
+            costs, load, own = _WORKERS.get(float(timeout_s), initializer).submit(run_one, *args).result()
             _HOST_LOADS[args[0]] = load
-            if not quiet.busy(load, own):
-                return LocalRunnerFuture(res=[float(x) for x in costs], error_message=None)
-            if attempt < quiet.redo:
-                logger.info("a candidate was timed beside %s busy cores of other processes, on %.2f of its own: "
-                            "measured again once the host is quiet", load, own)
-                quiet.wait_until_quiet()
-        return LocalRunnerFuture(error_message=busy_error(load, own, quiet))
+            return costs, load, own
+
+        try:
+            costs, _load, busy = redo_while_busy(attempt, quiet)
+        except TimeoutError:
+            return LocalRunnerFuture(error_message=f"timeout: killed after {timeout_s} seconds")
+        except ChildProcessError:
+            return LocalRunnerFuture(error_message="crash: the measuring process died")
+        except Exception as exc:  # noqa: BLE001 - the candidate's error, as data
+            return LocalRunnerFuture(error_message=error_from_runner(str(exc)) or type(exc).__name__)
+        if busy is not None:
+            return LocalRunnerFuture(error_message=busy)
+        return LocalRunnerFuture(res=[float(x) for x in costs], error_message=None)
 
     @derived_object
     class CheckedRunner(PyRunner):
