@@ -19,7 +19,7 @@ import math
 import os
 import time
 
-from bench._common import RESULTS, geomean, refuse_beside_measuring, speed_over
+from bench._common import RESULTS, refuse_beside_measuring, speed_over
 
 
 def plane_tasks(hw) -> list:
@@ -67,7 +67,6 @@ def main() -> None:
         "calls": len(calls),
         "plane_over_rows": speed_over(rows, "rules_plane", "rules_rows"),
         "plane_over_rows_range": [min(per_task), max(per_task)] if per_task else None,
-        "plane_over_rows_check": geomean(per_task) if per_task else None,
         "plane_over_corpus_best": speed_over(rows, "rules_plane", "corpus_best"),
         "rows_over_corpus_best": speed_over(rows, "rules_rows", "corpus_best"),
         "plane_over_ms_256": speed_over(rows, "rules_plane", "ms_256"),
