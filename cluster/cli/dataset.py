@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from cluster.cli.options import UsageError, add_corpus_options, comma_list, held_out_models, open_corpus, user_errors
+from cluster.cli.options import (UsageError, add_corpus_options, at_least_one, comma_list, held_out_models, open_corpus,
+                                 user_errors)
 from collectors.zoo import HELD_OUT_MODELS
 
 
@@ -37,6 +38,12 @@ def register(subparsers) -> None:
     b.add_argument("--measured-before", default=None, metavar="INSTANT",
                    help="only records measured before this ISO-8601 instant, e.g. 2026-12-05T00:16:45Z "
                         "(a set rebuilt exactly from a corpus that has grown since)")
+    b.add_argument("--rules", action="store_true",
+                   help="fine-tuning rows of the rule baseline's programs (its own and its second opinions) of "
+                        "every training workload, after the measured rows (CPU keys)")
+    b.add_argument("--measured-repeats", type=int, default=1, metavar="N",
+                   help="write the measured training rows N times (default 1; with --rules the rules' rows "
+                        "outnumber them)")
     b.add_argument("--workers", type=int, default=1,
                    help="processes sampling the pretraining programs (default 1; the same rows with more)")
     b.set_defaults(func=run_build)
@@ -56,6 +63,7 @@ def run_build(args: argparse.Namespace) -> int:
         raise UsageError(f"--per-sketch and --top-k must be >= 0, got {args.per_sketch} and {args.top_k}")
     if args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    at_least_one("--measured-repeats", args.measured_repeats)
     from tlm.language import DEFAULT_LANGUAGE, LANGUAGE_VERSIONS
 
     language = DEFAULT_LANGUAGE if args.language is None else args.language
@@ -65,7 +73,8 @@ def run_build(args: argparse.Namespace) -> int:
     fast_import.install()  # CPU sketches only need the x86 intrinsics; CUDA spaces add theirs
     config = DatasetConfig(pretrain_per_sketch=args.per_sketch, finetune_top_k=args.top_k,
                            held_out_models=held_out, hardware_keys=comma_list(args.hardware), seed=args.seed,
-                           language=language, measured_before=args.measured_before)
+                           language=language, measured_before=args.measured_before, rules=args.rules,
+                           measured_repeats=args.measured_repeats)
     from tlm.model.dataset import measured_before
 
     try:

@@ -173,3 +173,34 @@ def test_znver4_a_set_pinned_to_an_instant_leaves_later_records_out(corpus, tmp_
     assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(tmp_path / "bad"),
                  "--measured-before", "yesterday"]) == 2
     assert "--measured-before 'yesterday'" in capsys.readouterr().err
+
+
+def test_znver4_rules_rows_teach_the_rule_baselines_programs_of_training_workloads_only(corpus, tasks, znver4_hw,
+                                                                                         tmp_path, capsys):
+    """``rules``: the rules' program and its second opinions of every *training* workload, as
+    fine-tuning rows of source "rules" (label 1), after the measured rows, which
+    ``measured_repeats`` writes that many times in the training split (the test split once: it
+    scores the teacher alone). Each rules row is the rules' program word for word."""
+    from cluster.cli import main
+    from collectors.rules import rule_variants
+    from tlm.language import encode
+
+    cfg = dict(pretrain_per_sketch=0, finetune_top_k=1, held_out_models=("model_b",))
+    plain = build_datasets(corpus, str(tmp_path / "plain"), DatasetConfig(**cfg), progress=False)
+    built = build_datasets(corpus, str(tmp_path / "rules"), DatasetConfig(**cfg, rules=True, measured_repeats=2),
+                           progress=False)
+    base = pq.read_table(tmp_path / "plain" / "finetune.parquet").to_pylist()
+    rows = pq.read_table(tmp_path / "rules" / "finetune.parquet").to_pylist()
+    measured = [r for r in rows if r["source"] == "measured"]
+    assert measured == base + [r for r in base if r["split"] == "train"]
+    ruled = rows[len(measured):]
+    assert ruled and all(r["source"] == "rules" and r["label"] == 1.0 and r["split"] == "train" for r in ruled)
+    assert built.finetune_rows == len(rows) and built.skipped == plain.skipped
+    train_keys = {r["workload_key"] for r in base if r["split"] == "train"}
+    for t in (t for t in tasks.values() if t.workload_key in {r["workload_key"] for r in base}):
+        want = {encode(t, znver4_hw, p.schedule.trace).text for p in rule_variants(t, znver4_hw)}
+        got = {r["text"] for r in ruled if r["workload_key"] == t.workload_key}
+        assert got == (want if t.workload_key in train_keys else set()), t.task_name
+    assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(tmp_path / "bad"),
+                 "--rules", "--measured-repeats", "0"]) == 2
+    assert "--measured-repeats must be a whole number >= 1, got 0" in capsys.readouterr().err

@@ -8,7 +8,8 @@ Two sets, as the original TLM trains, written as Parquet (readable by
   teach the model the grammar and the shape of legal decisions.
 * ``finetune.parquet``: the fastest measured schedules per (task, hardware, sketch) — the
   ``top_k`` successful records by latency — with ``label`` = best latency of the task on that
-  hardware / this record's latency (1.0 for the best).
+  hardware / this record's latency (1.0 for the best). With ``rules``, the rule baseline's
+  programs of every training workload follow them (source ``rules``, :func:`rule_rows`).
 
 Both carry a ``split`` column: a workload that occurs in any held-out model (storage's
 ``workload_models`` table) is ``test``, every other workload is ``train``, so a held-out model
@@ -49,6 +50,12 @@ class DatasetConfig:
     # only records measured before this ISO-8601 instant (None: every one): a shipped model's set
     # rebuilt exactly from a corpus that has grown since (a round going on after it was trained)
     measured_before: str | None = None
+    # the rule baseline's programs (its own and its second opinions, ``collectors.rules``) of every
+    # training workload on a CPU key, as fine-tuning rows after the measured ones (:func:`rule_rows`)
+    rules: bool = False
+    # the measured rows of the training split written this many times: with ``rules`` they are
+    # outnumbered by the rules' rows, and the teacher's programs must still be fitted
+    measured_repeats: int = 1
 
 
 @dataclass
@@ -184,6 +191,40 @@ def finetune_rows(records: Sequence[dict], task: Task, hw: Hardware, top_k: int,
     return rows
 
 
+def rule_rows(task: Task, hw: Hardware, split: str, skipped: Counter, language: int = 1) -> list[dict]:
+    """The rule baseline's programs of one task (``collectors.rules.rule_variants``: its own, then
+    its second opinions, each sentence once) as rows of source ``rules`` (label 1, no latency).
+
+    Why: a student fine-tuned on the teacher alone (the search's fastest record per sketch, a
+    few hundred rows) writes programs of held-out workloads no better than the random programs
+    it was pretrained on; the rules are one consistent function of the shape and the CPU, defined
+    on every workload, and as fast as MetaSchedule@256 on the held-out ones. Learnt beside the
+    teacher, the held-out greedy program went from 0.43x to 0.70x the teacher (Rocket Lake key,
+    ``bench/results/levers.md``, item 6-3). A task the rules give no program (or none the
+    language can say) is counted in ``skipped``."""
+    from collectors.rules import rule_variants
+    from tlm.language import LanguageError, encode
+
+    if hw.kind != "cpu":
+        return []
+    try:
+        programs = rule_variants(task, hw)
+    except ValueError:
+        skipped["rules: no program"] += 1
+        return []
+    rows, seen = [], set()
+    for p in programs:
+        try:
+            s = encode(task, hw, p.schedule.trace, language=language)
+        except LanguageError as exc:
+            skipped[f"rules: not expressible: {exc.reason[:60]}"] += 1
+            continue
+        if s.text not in seen:
+            seen.add(s.text)
+            rows.append(_row(s, task, hw, split, "rules", None, 1.0))
+    return rows
+
+
 def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = None, *,
                    progress: bool = True, workers: int = 1) -> BuildSummary:
     """Write ``pretrain.parquet`` and ``finetune.parquet`` under ``out_dir`` (never overwrites).
@@ -202,6 +243,8 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
     config = config or DatasetConfig()
     if config.language not in LANGUAGE_VERSIONS:
         raise ValueError(f"unknown language version {config.language}; known: {', '.join(map(str, LANGUAGE_VERSIONS))}")
+    if config.measured_repeats < 1:
+        raise ValueError(f"measured_repeats must be >= 1, got {config.measured_repeats}")
     os.makedirs(out_dir, exist_ok=True)
     for name in (PRETRAIN_FILE, FINETUNE_FILE):
         if os.path.exists(os.path.join(out_dir, name)):
@@ -212,7 +255,7 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
     hardware = load_hardware(corpus, keys)
     summary = BuildSummary(out_dir=out_dir, tasks=len(tasks), hardware=sorted(hardware))
     skipped: Counter = Counter()
-    pre, fine = [], []
+    pre, fine, ruled = [], [], []
     cols = ["record_id", "workload_key", "trace_json", "latency_s", "error", "created_at"]
     for hk, hw in hardware.items():
         table = corpus.scan({"hardware_key": hk}, columns=cols)
@@ -240,6 +283,8 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
                     pre += rows
                 fine += finetune_rows(by_task.get(wk, []), task, hw, config.finetune_top_k, splits[i], skipped,
                                       config.language)
+                if config.rules and splits[i] == "train":
+                    ruled += rule_rows(task, hw, splits[i], skipped, config.language)
             except Exception as exc:  # noqa: BLE001 - one bad task never stops a build
                 skipped[f"task failed: {type(exc).__name__}"] += 1
                 logger.warning("task %s on %s skipped: %s", task.task_name, hk, str(exc)[:300])
@@ -249,6 +294,7 @@ def build_datasets(corpus: Any, out_dir: str, config: DatasetConfig | None = Non
         ("op_kind", pa.string()), ("sketch_id", pa.int32()), ("split", pa.string()), ("source", pa.string()),
         ("latency_s", pa.float64()), ("label", pa.float64()), ("record_id", pa.string()),
     ])
+    fine += [r for r in fine if r["split"] == "train"] * (config.measured_repeats - 1) + ruled
     meta = {CONFIG_KEY: json.dumps(asdict(config)).encode()}
     for name, rows in ((PRETRAIN_FILE, pre), (FINETUNE_FILE, fine)):
         tab = pa.Table.from_pylist(rows, schema=schema).replace_schema_metadata(meta)
