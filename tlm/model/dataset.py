@@ -200,7 +200,7 @@ def rule_rows(task: Task, hw: Hardware, split: str, skipped: Counter, language: 
     it was pretrained on; the rules are one consistent function of the shape and the CPU, defined
     on every workload, and as fast as MetaSchedule@256 on the held-out ones. Learnt beside the
     teacher, the held-out greedy program went from 0.43x to 0.70x the teacher (Rocket Lake key,
-    ``bench/results/levers.md``, item 6-3). A task the rules give no program (or none the
+    ``bench/results/levers.md``, item 3-6r). A task the rules give no program (or none the
     language can say) is counted in ``skipped``."""
     from collectors.rules import rule_variants
     from tlm.language import LanguageError, encode
