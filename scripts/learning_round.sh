@@ -18,7 +18,9 @@
 #   3. the round: the model-seeded search (64 trials) on every training workload of the key
 #      (ResNet-50 and EfficientNet-B0: the zoo's training CNNs the corpus measures on every key)
 #   4. the teacher after it (bench.learning teacher --round ROUND)
-# Fine-tuning round ROUND+1 on the new best programs and judging the student follow (issue 32).
+# Fine-tuning round ROUND+1 on the new best programs and judging the student follow (issue 32):
+#   tlm dataset build --corpus CORPUS --hardware KEY --top-k 1 --per-sketch 0 --rules --measured-repeats 2 --out SETS
+#   tlm train --stage finetune --hardware KEY --base models/tlm-small-pretrain --dataset SETS --epochs 16 --lr 1e-3 ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUND=${ROUND:-1}
