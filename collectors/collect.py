@@ -19,10 +19,10 @@ import logging
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from collectors.hardware import Hardware, check_runs_here
-from collectors.tasks import Task, extract_tasks, register_tasks, select_tasks
+from collectors.tasks import Task, UnknownWorkloads, extract_tasks, register_tasks, select_tasks
 from collectors.tuner import TuneConfig, TuneSummary, tune_task
 from collectors.progress import CollectionProgress
 from storage import Record
@@ -177,15 +177,17 @@ def collect_unit(corpus: Any, task: Task, hardware: Hardware, config: TuneConfig
 
 def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any = None,
             tasks: Sequence[Task] | None = None, max_tasks: int | None = None, max_mflop: float | None = None,
-            zoo_kwargs: dict | None = None, show_progress: bool = True,
+            workloads: Collection[str] | None = None, zoo_kwargs: dict | None = None, show_progress: bool = True,
             on_task_done: Callable[[UnitOutcome], None] | None = None,
             tune: Callable[..., TuneSummary] = tune_task) -> CollectionSummary:
     """Collect the tasks of ``model`` (or the given ``tasks``) on ``hardware`` into ``corpus``,
     in this process (no Ray), one :func:`collect_unit` after another.
 
-    ``max_tasks`` keeps the heaviest N tasks, ``max_mflop`` those of at most M million FLOPs
-    (``collectors.tasks.select_tasks``). ``on_task_done`` is called after each unit.
+    ``max_tasks`` keeps the heaviest N tasks, ``max_mflop`` those of at most M million FLOPs,
+    ``workloads`` those of these workload keys (``collectors.tasks.select_tasks``).
+    ``on_task_done`` is called after each unit.
     KeyboardInterrupt stops the loop after marking the run "interrupted" and is re-raised.
+    Raises ``UnknownWorkloads`` before any work when ``workloads`` names none of the tasks.
     Raises ``NotRunnableHere`` at once when this host cannot run code for ``hardware``.
     """
     if (model is None) == (tasks is None):
@@ -195,7 +197,10 @@ def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any =
     t0 = time.perf_counter()
     if tasks is None:
         tasks = extract_tasks(model, hardware, **(zoo_kwargs or {}))
-    tasks = select_tasks(list(tasks), max_tasks=max_tasks, max_mflop=max_mflop)
+    tasks = select_tasks(list(tasks), max_tasks=max_tasks, max_mflop=max_mflop, workloads=workloads)
+    if workloads is not None and not tasks:
+        raise UnknownWorkloads(f"none of the workloads {', '.join(sorted(workloads))} is a task of "
+                               f"{model if isinstance(model, str) else 'the given tasks'}")
     corpus.register_hardware(hardware.key, target=hardware.target, description=hardware.description)
     register_tasks(corpus, tasks)
     params = {"model": model if isinstance(model, str) else None, "tasks": len(tasks),

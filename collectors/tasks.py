@@ -14,7 +14,7 @@ import logging
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 
 from collectors.hardware import Hardware
 from collectors.tir import load_module, workload_key
@@ -347,10 +347,15 @@ def heaviest_first(task: Task) -> tuple[float, str]:
     return (-(task.flops or 0) * task.weight, task.task_name)
 
 
+class UnknownWorkloads(ValueError):
+    """Workload keys asked for that are none of the tasks at hand (a mistyped key, another model's)."""
+
+
 def select_tasks(tasks: Sequence[Task], *, max_tasks: int | None = None,
-                 max_mflop: float | None = None) -> list[Task]:
+                 max_mflop: float | None = None, workloads: Collection[str] | None = None) -> list[Task]:
     """The heaviest ``max_tasks`` of ``tasks`` (given heaviest first, as ``extract_tasks`` sorts
-    them) among those of at most ``max_mflop`` million FLOPs.
+    them) among those of at most ``max_mflop`` million FLOPs (and, given ``workloads``, among
+    those whose workload key it holds: a campaign collects the workloads it is judged on first).
 
     Why a FLOP cap: random samples of a 33-GFLOP LM head run for seconds each (many hit the
     run timeout), an hour per task; a collection of diverse samples skips those and leaves
@@ -360,22 +365,24 @@ def select_tasks(tasks: Sequence[Task], *, max_tasks: int | None = None,
         raise ValueError(f"max_tasks must be >= 1, got {max_tasks}")
     if max_mflop is not None and not max_mflop > 0:
         raise ValueError(f"max_mflop must be > 0, got {max_mflop}")
-    kept = [t for t in tasks if max_mflop is None or t.flops <= max_mflop * 1e6]
+    kept = [t for t in tasks if (max_mflop is None or t.flops <= max_mflop * 1e6)
+            and (workloads is None or t.workload_key in workloads)]
     return kept[:max_tasks] if max_tasks else kept
 
 
 def tasks_for_models(models: Iterable[Any], hardware: Hardware, *, max_tasks: int | None = None,
-                     max_mflop: float | None = None, **zoo_kwargs: Any) -> list[Task]:
+                     max_mflop: float | None = None, workloads: Collection[str] | None = None,
+                     **zoo_kwargs: Any) -> list[Task]:
     """Tasks of the given models, one per workload key (the weights of repeats are summed).
 
     Extracted once for ``hardware`` (the driver's CPU): the subgraphs come from the
-    target-independent ``zero`` pipeline, so the same tasks serve every key. ``max_tasks`` and
-    ``max_mflop`` select each model's tasks (:func:`select_tasks`).
+    target-independent ``zero`` pipeline, so the same tasks serve every key. ``max_tasks``,
+    ``max_mflop`` and ``workloads`` select each model's tasks (:func:`select_tasks`).
     """
     by_key: dict[str, Task] = {}
     for model in models:
         found = extract_tasks(model, hardware, **zoo_kwargs)
-        for t in select_tasks(found, max_tasks=max_tasks, max_mflop=max_mflop):
+        for t in select_tasks(found, max_tasks=max_tasks, max_mflop=max_mflop, workloads=workloads):
             if t.workload_key in by_key:
                 by_key[t.workload_key].weight += t.weight
             else:

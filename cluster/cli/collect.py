@@ -1,7 +1,7 @@
 """``tlm collect``: tune a model's tasks into a corpus (resumable).
 
     tlm collect --model resnet50 --trials 64 [--strategy evolutionary|replay-trace]
-                [--tasks N] [--corpus DIR] [--hardware KEY] [--seed S] [--small]
+                [--tasks N] [--workloads KEY,...] [--corpus DIR] [--hardware KEY] [--seed S] [--small]
                 [--address auto|ray://HOST:10001 | --no-ray]
 
 By default the tasks go to Ray collector actors: on the cluster at ``--address``, or on a
@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any, Mapping
 
-from cluster.cli.options import UsageError, add_corpus_options, at_least_one, corpus_root, index_url, user_errors
+from cluster.cli.options import (UsageError, add_corpus_options, at_least_one, comma_list, corpus_root, index_url,
+                                 user_errors)
 
 
 def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +48,10 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-mflop", type=float, default=None, metavar="M",
                         help="tune only tasks of at most M million FLOPs (e.g. leave the LM heads to the search "
                              "when collecting random samples); default all")
+    parser.add_argument("--workloads", default=None, metavar="KEY[,KEY...]",
+                        help="tune only the tasks of these workload keys (16 hex digits each; keys that are not "
+                             "tasks of the model are passed over): a campaign measures the workloads it is "
+                             "judged on first; default all")
     add_corpus_options(parser, what="corpus the records go to (created if new)")
     parser.add_argument("--hardware", default=None, metavar="KEY",
                         help="hardware key to record under (default: derived from this machine)")
@@ -143,7 +149,9 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
 
     config = config_from_args(args)
     tasks = tasks_for_models([args.model], detect_hardware("cpu"), max_tasks=args.tasks, max_mflop=args.max_mflop,
-                             **zoo_kwargs_from_args(args))
+                             workloads=workloads_from_args(args), **zoo_kwargs_from_args(args))
+    if args.workloads and not tasks:
+        raise UsageError(f"none of the workloads {args.workloads} is a task of {args.model}")
     summary = run_collection(
         tasks,
         corpus_root=corpus_root(args),
@@ -177,6 +185,19 @@ def check_options(args: argparse.Namespace) -> None:
         at_least_one(flag, value)
     if args.max_mflop is not None and not args.max_mflop > 0:
         raise UsageError(f"--max-mflop must be > 0, got {args.max_mflop}")
+    workloads_from_args(args)
+
+
+def workloads_from_args(args: argparse.Namespace) -> frozenset[str] | None:
+    """``--workloads`` as a set of keys (None: not given); a key that is not 16 hex digits is a UsageError."""
+    if args.workloads is None:
+        return None
+    keys = comma_list(args.workloads)
+    bad = [k for k in keys if not re.fullmatch(r"[0-9a-f]{16}", k)]
+    if bad or not keys:
+        raise UsageError(f"--workloads {bad[0] if bad else args.workloads!r}: a workload key is 16 hex digits "
+                         "(as `tlm corpus` lists them), comma-separated")
+    return frozenset(keys)
 
 
 def run_collect(args: argparse.Namespace) -> int:
@@ -242,6 +263,7 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
 
     from collectors.collect import collect
     from collectors.progress import summary_table
+    from collectors.tasks import UnknownWorkloads
     from collectors.hardware import detect_hardware
     from storage import Corpus
 
@@ -254,9 +276,10 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
     console = Console(stderr=True)
     console.print(f"collecting {args.model} on {hardware.key} ({hardware.description}) into {corpus_root(args)}")
     try:
-        result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks, max_mflop=args.max_mflop,
-                         zoo_kwargs=zoo_kwargs,
-                         show_progress=not args.no_progress, **({"tune": tune} if tune is not None else {}))
+        with user_errors(UnknownWorkloads):
+            result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks,
+                             max_mflop=args.max_mflop, workloads=workloads_from_args(args), zoo_kwargs=zoo_kwargs,
+                             show_progress=not args.no_progress, **({"tune": tune} if tune is not None else {}))
     finally:
         corpus.close()
     Console().print(summary_table(result))

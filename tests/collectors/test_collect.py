@@ -134,6 +134,25 @@ def test_cli_collect_small_model_then_resume(tmp_path, capsys):
     assert "skipped" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_cli_collect_only_the_workloads_asked_for(tmp_path, capsys):
+    from cluster.cli import main
+    from collectors.hardware import detect_hardware
+    from collectors.tasks import extract_tasks
+    from storage import Corpus
+
+    tasks = extract_tasks("bert_base", detect_hardware("cpu"), small=True)
+    wanted = tasks[-1].workload_key  # the lightest: not what --tasks 1 would pick
+    argv = ["collect", "--model", "bert_base", "--small", "--trials", "2", "--strategy", "replay-trace",
+            "--corpus", str(tmp_path / "corpus"), "--no-ray"]
+    assert main([*argv, "--workloads", f"{wanted},0123456789abcdef"]) == 0  # another model's key: passed over
+    assert set(Corpus.open(tmp_path / "corpus").scan(columns=["workload_key"]).column(0).to_pylist()) == {wanted}
+    capsys.readouterr()
+    assert main([*argv, "--workloads", "0123456789abcdef"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[-1] == "error: none of the workloads 0123456789abcdef is a task of bert_base"
+
+
 def test_select_tasks_caps_flops_then_keeps_the_heaviest():
     from collectors.tasks import select_tasks
 
@@ -141,6 +160,9 @@ def test_select_tasks_caps_flops_then_keeps_the_heaviest():
     assert [t.task_name for t in select_tasks(tasks, max_mflop=600)] == ["t1", "t2", "t3"]
     assert [t.task_name for t in select_tasks(tasks, max_mflop=600, max_tasks=2)] == ["t1", "t2"]
     assert select_tasks(tasks) == tasks
+    keys = {tasks[0].workload_key, tasks[3].workload_key, "ffffffffffffffff"}
+    assert [t.task_name for t in select_tasks(tasks, workloads=keys)] == ["t0", "t3"]
+    assert [t.task_name for t in select_tasks(tasks, workloads=keys, max_mflop=600)] == ["t3"]
     with pytest.raises(ValueError, match="max_mflop"):
         select_tasks(tasks, max_mflop=0)
 
@@ -151,6 +173,7 @@ def test_select_tasks_caps_flops_then_keeps_the_heaviest():
     (["--model", "gpt2", "--trials", "-3"], "--trials must be a whole number >= 1, got -3"),
     (["--model", "gpt2", "--max-mflop", "0"], "--max-mflop must be > 0, got 0.0"),
     (["--model", "nothere.onnx"], "no such ONNX file"),
+    (["--model", "gpt2", "--workloads", "0412f79e287d1277,conv2d5"], "--workloads 'conv2d5': a workload key is 16 hex"),
 ])
 def test_cli_collect_bad_values_are_one_line_and_exit_2(bad, named, tmp_path, capsys):
     from cluster.cli import main
