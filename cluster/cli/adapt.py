@@ -158,7 +158,8 @@ def _measure(corpus: Any, hw: Any, base: Any, tasks: list, args: argparse.Namesp
     from collectors.collect import collect
     from collectors.tuner import TuneConfig
     from tlm.model.network import load_model
-    from tlm.service.generator import model_tuner, tuner_name
+    from tlm.service.generator import tuner_name
+    from tlm.service.tuners import model_tuner
 
     model, tokenizer, _ = load_model(base.path)
     config = TuneConfig(trials=args.per_task, strategy="tlm", tuner=tuner_name(base.model_id))

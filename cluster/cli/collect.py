@@ -221,7 +221,8 @@ def run_closed_loop(args: argparse.Namespace) -> int:
     from storage import Corpus
     from tlm.model.network import load_model
     from tlm.service.catalog import model_for, ranker_for, resolve_model
-    from tlm.service.generator import MAX_K, model_tuner, pool_tuner, pool_tuner_name, tuner_name
+    from tlm.service.generator import MAX_K, tuner_name
+    from tlm.service.tuners import model_tuner, pool_tuner, pool_tuner_name
     from tlm.service.seeded import seeded_tuner, seeded_tuner_name
 
     if args.address:
