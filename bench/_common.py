@@ -38,6 +38,16 @@ def speed_over(rows: Iterable[dict], method: str, baseline: str) -> float | None
                     if method in r["latency_s"] and baseline in r["latency_s"]])
 
 
+def failed_measurements(rows: Iterable[dict]) -> dict[str, int]:
+    """Per method, the rows whose programs timed no correct latency (``errors``, as
+    ``bench.learning._judged`` keeps them): what every :func:`speed_over` of it leaves out."""
+    out: dict[str, int] = {}
+    for r in rows:
+        for m in r.get("errors", {}):
+            out[m] = out.get(m, 0) + 1
+    return out
+
+
 def cpu_model() -> str:
     """The CPU's model name as the kernel reports it ("" where it does not)."""
     try:

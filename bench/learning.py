@@ -37,7 +37,7 @@ import os
 import time
 from typing import Any
 
-from bench._common import RESULTS, machine, refuse_beside_measuring, speed_over
+from bench._common import RESULTS, failed_measurements, machine, refuse_beside_measuring, speed_over
 
 OUT = os.path.join(RESULTS, "learning.json")
 
@@ -53,13 +53,17 @@ def _sample(hardware: Any, corpus_dir: str | None, n: int) -> tuple[list, dict]:
 
 
 def _judged(task: Any, hardware: Any, methods: dict) -> dict:
-    """One workload's methods re-measured in one call: its row (``latency_s`` per method), printed."""
-    from collectors.judge import judge
+    """One workload's methods re-measured in one call: its row (``latency_s`` per method; ``errors``:
+    the first error of each method that timed no correct program, which every ratio then leaves
+    out), printed."""
+    from collectors import judge
 
-    res = judge(task, hardware, methods, torch_eager=False)
+    res = judge.judge(task, hardware, methods, torch_eager=False)
     lat = {k: v["latency_s"] for k, v in res.items() if v.get("latency_s")}
-    print(task.task_name, {k: f"{v * 1e6:.0f} us" for k, v in lat.items()}, flush=True)
-    return {"task": task.task_name, "workload_key": task.workload_key, "latency_s": lat}
+    errors = {k: (v.get("errors") or ["no latency"])[0] for k, v in res.items() if k not in lat}
+    print(task.task_name, {k: f"{v * 1e6:.0f} us" for k, v in lat.items()},
+          *(f"{k} failed: {e}" for k, e in errors.items()), flush=True)
+    return {"task": task.task_name, "workload_key": task.workload_key, "latency_s": lat, "errors": errors}
 
 
 def teacher(hardware: Any, *, corpus_dir: str | None, n: int, trials: int = 256) -> dict:
@@ -83,7 +87,7 @@ def teacher(hardware: Any, *, corpus_dir: str | None, n: int, trials: int = 256)
                      "corpus_best_tuner": best[t.workload_key]["tuner"]})
     ms = f"ms_{trials}"
     modes = teacher_modes(hardware.key, hardware, corpus_dir=corpus_dir, n=n)
-    return {"workloads": len(rows), "tasks": rows,
+    return {"workloads": len(rows), "tasks": rows, "failed": failed_measurements(rows),
             "corpus_best_vs_ms_256": speed_over(rows, "corpus_best", ms),
             "ms_64_vs_ms_256": speed_over(rows, "ms_64", ms), "rules_vs_ms_256": speed_over(rows, "rules", ms),
             "corpus_best_vs_rules": speed_over(rows, "corpus_best", "rules"),
@@ -143,7 +147,7 @@ def student(hardware: Any, model_dir: str, *, corpus_dir: str | None, n: int, tr
         rows.append(row)
     in_mode = [bool(r["modes"]["tlm_top1"]) for r in rows]
     return {"model": os.path.basename(os.path.normpath(model_dir)), "ranked_by": ranked_by, "workloads": len(rows),
-            "tasks": rows, "top1_in_a_failure_mode": sum(in_mode) / max(1, len(in_mode)),
+            "tasks": rows, "failed": failed_measurements(rows), "top1_in_a_failure_mode": sum(in_mode) / max(1, len(in_mode)),
             "top1_is_teacher": sum(r["top1_is_teacher"] for r in rows),
             "top1_vs_teacher": speed_over(rows, "tlm_top1", "corpus_best"),
             "ranked_top1_vs_teacher": speed_over(rows, "tlm_ranked_top1", "corpus_best"),
@@ -274,9 +278,11 @@ def report_md(res: dict) -> str:
              "| key | round | workloads | corpus best vs MS@256 | MS@64 vs MS@256 | rules vs MS@256 | "
              "teacher programs in a failure mode |", "|---|---:|---:|---:|---:|---:|---:|"]
     f = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+    # a method that timed no correct program on a workload is left out of that workload's ratios
+    w = lambda e: f"{e['workloads']}" + "".join(f", {m} failed on {n}" for m, n in e.get("failed", {}).items())  # noqa: E731
     for key, rounds in res.get("teacher", {}).items():
         for rnd, e in sorted(rounds.items(), key=lambda kv: int(kv[0])):
-            lines.append(f"| {key} | {rnd} | {e['workloads']} | {f(e['corpus_best_vs_ms_256'])} | "
+            lines.append(f"| {key} | {rnd} | {w(e)} | {f(e['corpus_best_vs_ms_256'])} | "
                          f"{f(e['ms_64_vs_ms_256'])} | {f(e['rules_vs_ms_256'])} | {e['pool_health']['any']:.0%} |")
     for section, what in (("student_train", "on its training workloads (the same sample; fit before generalization)"),
                           ("student_heldout", "on held-out workloads (the heaviest the corpus measured; MS@256 where "
@@ -289,7 +295,7 @@ def report_md(res: dict) -> str:
                   "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
         for key, rounds in res[section].items():
             for rnd, e in sorted(rounds.items(), key=lambda kv: int(kv[0])):
-                lines.append(f"| {key} | {rnd} | {e['workloads']} | {e['model']} ({e['ranked_by']}) | "
+                lines.append(f"| {key} | {rnd} | {w(e)} | {e['model']} ({e['ranked_by']}) | "
                              f"{f(e['top1_vs_teacher'])} | {f(e['ranked_top1_vs_teacher'])} | "
                              f"{f(e['top1_vs_ms_256'])} | {f(e['ranked_top1_vs_ms_256'])} | "
                              + ("-" if "top1_in_a_failure_mode" not in e else f"{e['top1_in_a_failure_mode']:.0%}")

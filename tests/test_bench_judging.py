@@ -158,3 +158,20 @@ def test_the_pool_health_target_reads_the_whole_ranked_pool():
     assert not pool_target({"tlm_ranked_pool": {"n": 96, "any": 0.81}})["met"]
     empty = pool_target({})
     assert empty["value"] is None and not empty["met"]
+
+
+def test_a_method_that_failed_its_measurement_keeps_its_error_in_the_row(monkeypatch, capsys):
+    """A judged row names the methods whose programs failed (build, run, wrong answer) with the
+    first error, instead of dropping them: a geomean over the rest would hide them."""
+    import collectors.judge
+    from bench.learning import _judged
+
+    def judge(task, hardware, methods, torch_eager=True):
+        return {"corpus_best": {"latency_s": 2e-4, "n_errors": 0, "errors": []},
+                "a:top1": {"latency_s": None, "n_errors": 1, "errors": ["run: timed out after 10 s"]}}
+
+    monkeypatch.setattr(collectors.judge, "judge", judge)
+    row = _judged(make_task(matmul(), "matmul", "matmul"), None, {})
+    assert row["latency_s"] == {"corpus_best": 2e-4}
+    assert row["errors"] == {"a:top1": "run: timed out after 10 s"}
+    assert "a:top1 failed: run: timed out after 10 s" in capsys.readouterr().out

@@ -74,6 +74,7 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
             if not any(m in r["modes"] for r in rows):
                 continue  # no ranker for this model
             summary[m] = {"vs_teacher": speed_over(rows, m, "corpus_best"),
+                          "failed": sum(m in r["errors"] or "corpus_best" in r["errors"] for r in rows),
                           "in_a_failure_mode": sum(bool(r["modes"].get(m)) for r in rows) / max(1, len(rows))}
             if how != "top1":
                 summary[m]["mean_pool"] = sum(r["pool"][m] for r in rows) / max(1, len(rows))
