@@ -92,10 +92,10 @@ def test_sigkill_during_a_checkpoint_write_resumes_from_the_last_complete_one(tm
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     text = again.stdout + again.stderr
     assert again.returncode == 0, text[-3000:]
-    resumed = [int(line.split("resumed at step ")[1].split()[0]) for line in text.splitlines() if "resumed at step " in line]
-    assert set(resumed) == {5}, text[-3000:]  # (Ray echoes the worker's line: it may appear twice)
-    final = json.loads((out / "ckpt-kill" / "tlm_model.json").read_text())["final_metrics"]["step"]
-    assert final == 15
+    # what the model says of its run, not the worker's printed line: Ray's log stream may drop it
+    # when the run ends soon after (seen once in a full suite on 2 busy cores)
+    final = json.loads((out / "ckpt-kill" / "tlm_model.json").read_text())["final_metrics"]
+    assert (final["resumed_from_step"], final["step"]) == (5, 15), text[-3000:]
     fault_row("SIGKILL (driver, Ray, workers)", "tlm train, while writing its 2nd checkpoint (weights written, "
-              "optimizer and state not)", f"rerun resumed at step {resumed[0]} (the last complete checkpoint) "
-              f"and finished at step {final}", 0, 0)
+              "optimizer and state not)", f"rerun resumed at step {final['resumed_from_step']} (the last complete "
+              f"checkpoint) and finished at step {final['step']}", 0, 0)

@@ -259,6 +259,9 @@ def train_loop_per_worker(config: dict) -> None:
         if state:
             load_optimizer_state(resume_dir, optimizer)
     state = state or {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": []}
+    # said in every report (so in tlm_model.json's final metrics): a worker's printed line reaches
+    # the driver through Ray's log stream, which may drop it when the run ends soon after
+    resumed = {"resumed_from_step": state["step"]} if state["step"] else {}
     if state["step"] and rank == 0:
         print(f"[train] resumed at step {state['step']} (epoch {state['epoch']})", flush=True)
 
@@ -298,7 +301,7 @@ def train_loop_per_worker(config: dict) -> None:
             if done or state["step"] % cfg.eval_every == 0:
                 metrics = {"step": state["step"], "epoch": state["epoch"] + state["batch_in_epoch"] / per_epoch,
                            "train_loss": loss_value, "tokens_per_s_per_worker": run_tokens / max(run_time, 1e-9),
-                           **evaluate(model, session, enc, cfg, device)}
+                           **resumed, **evaluate(model, session, enc, cfg, device)}
                 state["history"].append(metrics)
                 _report(session, metrics, model, tokenizer, mcfg, optimizer, state, config.get("info"))
             if done:
