@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Sequence
 
 from collectors.hardware import Hardware, check_runs_here
-from collectors.tasks import Task, UnknownWorkloads, extract_tasks, register_tasks, select_tasks
+from collectors.tasks import Task, extract_tasks, register_tasks, require_workloads_found, select_tasks
 from collectors.tuner import TuneConfig, TuneSummary, tune_task
 from collectors.progress import CollectionProgress
 from storage import Record
@@ -198,9 +198,7 @@ def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any =
     if tasks is None:
         tasks = extract_tasks(model, hardware, **(zoo_kwargs or {}))
     tasks = select_tasks(list(tasks), max_tasks=max_tasks, max_mflop=max_mflop, workloads=workloads)
-    if workloads is not None and not tasks:
-        raise UnknownWorkloads(f"none of the workloads {', '.join(sorted(workloads))} is a task of "
-                               f"{model if isinstance(model, str) else 'the given tasks'}")
+    require_workloads_found(tasks, workloads, model if isinstance(model, str) else "the given tasks")
     corpus.register_hardware(hardware.key, target=hardware.target, description=hardware.description)
     register_tasks(corpus, tasks)
     params = {"model": model if isinstance(model, str) else None, "tasks": len(tasks),

@@ -351,6 +351,13 @@ class UnknownWorkloads(ValueError):
     """Workload keys asked for that are none of the tasks at hand (a mistyped key, another model's)."""
 
 
+def require_workloads_found(selected: Sequence[Task], workloads: Collection[str] | None, source: str) -> None:
+    """:class:`UnknownWorkloads` when ``workloads`` was asked for and the selection (``selected``,
+    :func:`select_tasks`'s) holds none of it: one message for the in-process and the Ray collection."""
+    if workloads is not None and not selected:
+        raise UnknownWorkloads(f"none of the workloads {', '.join(sorted(workloads))} is a task of {source}")
+
+
 def select_tasks(tasks: Sequence[Task], *, max_tasks: int | None = None,
                  max_mflop: float | None = None, workloads: Collection[str] | None = None) -> list[Task]:
     """The heaviest ``max_tasks`` of ``tasks`` (given heaviest first, as ``extract_tasks`` sorts

@@ -65,12 +65,23 @@ $PY -m bench.learning student --round $((ROUND - 1)) --model "$MODEL" --corpus "
 seeded() {
   for m in $MODELS; do
     $PY -m cluster.cli collect --no-ray --model "$m" --strategy tlm-seeded --trials 64 --tlm-model "$MODEL" \
-        --corpus "$CORPUS" --no-progress "$@" || [ $? -eq 2 ]  # 2: none of the sample is a task of $m
+        --corpus "$CORPUS" --no-progress "$@"
   done
 }
 # the judged sample's workloads first: the round's teacher is final once they are searched
-SAMPLE=$($PY -c "import json, sys; print(','.join(json.load(open('bench/results/training_sample.json'))[sys.argv[1]]))" "$KEY")
-seeded --workloads "$SAMPLE"
+for m in $MODELS; do
+  # the sample's workloads that are tasks of model m, as the corpus's index records them
+  SAMPLE=$($PY - "$KEY" "$m" "$CORPUS" <<'PY'
+import json, sys
+from storage import Corpus
+key, model, corpus = sys.argv[1:]
+sample = set(json.load(open("bench/results/training_sample.json"))[key])
+with Corpus.open(corpus) as c:
+    print(",".join(sorted(w["workload_key"] for w in c.workloads() if w["workload_key"] in sample and model in (w.get("models") or {}))))
+PY
+)
+  if [ -n "$SAMPLE" ]; then MODELS=$m seeded --workloads "$SAMPLE"; fi
+done
 wait_alone
 $PY -m bench.learning teacher --round "$ROUND" --corpus "$CORPUS" --tasks "$TASKS" --if-missing
 echo "== round $ROUND: the teacher judged, $(date -u +%FT%TZ); the other training workloads next (the student's rows)"

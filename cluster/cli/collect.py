@@ -145,13 +145,14 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
     """
     from cluster.collect_job import run_collection
     from collectors.hardware import detect_hardware
-    from collectors.tasks import tasks_for_models
+    from collectors.tasks import UnknownWorkloads, require_workloads_found, tasks_for_models
 
     config = config_from_args(args)
+    workloads = workloads_from_args(args)
     tasks = tasks_for_models([args.model], detect_hardware("cpu"), max_tasks=args.tasks, max_mflop=args.max_mflop,
-                             workloads=workloads_from_args(args), **zoo_kwargs_from_args(args))
-    if args.workloads and not tasks:
-        raise UsageError(f"none of the workloads {args.workloads} is a task of {args.model}")
+                             workloads=workloads, **zoo_kwargs_from_args(args))
+    with user_errors(UnknownWorkloads):
+        require_workloads_found(tasks, workloads, str(args.model))
     summary = run_collection(
         tasks,
         corpus_root=corpus_root(args),

@@ -151,6 +151,9 @@ def test_cli_collect_only_the_workloads_asked_for(tmp_path, capsys):
     assert main([*argv, "--workloads", "0123456789abcdef"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines()[-1] == "error: none of the workloads 0123456789abcdef is a task of bert_base"
+    argv.remove("--no-ray")  # on Ray: refused the same way, before Ray is started
+    assert main([*argv, "--workloads", "0123456789abcdef"]) == 2
+    assert capsys.readouterr().err.strip() == "error: none of the workloads 0123456789abcdef is a task of bert_base"
 
 
 def test_select_tasks_caps_flops_then_keeps_the_heaviest():
