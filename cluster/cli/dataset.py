@@ -41,6 +41,9 @@ def register(subparsers) -> None:
     b.add_argument("--rules", action="store_true",
                    help="fine-tuning rows of the rule baseline's programs (its own and its second opinions) of "
                         "every training workload, after the measured rows (CPU keys)")
+    b.add_argument("--rules-unmeasured-only", action="store_true",
+                   help="with --rules: no rules rows for a (workload, sketch) with a measured row, so each "
+                        "prompt has one answer (the teacher's where it measured)")
     b.add_argument("--measured-repeats", type=int, default=1, metavar="N",
                    help="write the measured training rows N times (default 1; with --rules the rules' rows "
                         "outnumber them)")
@@ -64,6 +67,8 @@ def run_build(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     at_least_one("--measured-repeats", args.measured_repeats)
+    if args.rules_unmeasured_only and not args.rules:
+        raise UsageError("--rules-unmeasured-only needs --rules (it only drops rules rows)")
     from tlm.language import DEFAULT_LANGUAGE, LANGUAGE_VERSIONS
 
     language = DEFAULT_LANGUAGE if args.language is None else args.language
@@ -74,7 +79,8 @@ def run_build(args: argparse.Namespace) -> int:
     config = DatasetConfig(pretrain_per_sketch=args.per_sketch, finetune_top_k=args.top_k,
                            held_out_models=held_out, hardware_keys=comma_list(args.hardware), seed=args.seed,
                            language=language, measured_before=args.measured_before, rules=args.rules,
-                           measured_repeats=args.measured_repeats)
+                           measured_repeats=args.measured_repeats,
+                           rules_unmeasured_only=args.rules_unmeasured_only)
     from tlm.model.dataset import measured_before
 
     try:

@@ -204,3 +204,35 @@ def test_znver4_rules_rows_teach_the_rule_baselines_programs_of_training_workloa
     assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(tmp_path / "bad"),
                  "--rules", "--measured-repeats", "0"]) == 2
     assert "--measured-repeats must be a whole number >= 1, got 0" in capsys.readouterr().err
+
+
+def test_znver4_rules_where_the_teacher_is_silent_give_one_answer_per_prompt(corpus, tmp_path, capsys):
+    """``rules_unmeasured_only``: a (workload, sketch) with a measured training row gets no rules
+    rows, so its prompt has one answer, the teacher's; the rules fill the sketches the teacher never
+    measured, and the test split is the same as without it."""
+    from cluster.cli import main
+
+    cfg = dict(pretrain_per_sketch=0, finetune_top_k=1, held_out_models=("model_b",), rules=True)
+    build_datasets(corpus, str(tmp_path / "all"), DatasetConfig(**cfg), progress=False)
+    built = build_datasets(corpus, str(tmp_path / "silent"), DatasetConfig(**cfg, rules_unmeasured_only=True),
+                           progress=False)
+    every = pq.read_table(tmp_path / "all" / "finetune.parquet").to_pylist()
+    rows = pq.read_table(tmp_path / "silent" / "finetune.parquet").to_pylist()
+    group = lambda r: (r["workload_key"], r["hardware_key"], r["sketch_id"])  # noqa: E731
+    measured = {group(r) for r in every if r["source"] == "measured" and r["split"] == "train"}
+    kept = [r for r in every if r["source"] == "measured" or group(r) not in measured]
+    assert rows == kept and len(kept) < len(every), "some rules rows answer a measured prompt in this corpus"
+    assert built.skipped["rules: the teacher measured this sketch"] == len(every) - len(kept)
+    # where the teacher measured nothing, every rules row stays
+    early = dict(cfg, measured_before="2001-01-01T00:00Z")
+    build_datasets(corpus, str(tmp_path / "early"), DatasetConfig(**early), progress=False)
+    build_datasets(corpus, str(tmp_path / "early-silent"), DatasetConfig(**early, rules_unmeasured_only=True),
+                   progress=False)
+    ruled = pq.read_table(tmp_path / "early" / "finetune.parquet").to_pylist()
+    assert ruled and ruled == pq.read_table(tmp_path / "early-silent" / "finetune.parquet").to_pylist()
+    assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(tmp_path / "cli"), "--per-sketch",
+                 "0", "--top-k", "1", "--held-out", "model_b", "--rules", "--rules-unmeasured-only"]) == 0
+    assert pq.read_table(tmp_path / "cli" / "finetune.parquet").to_pylist() == rows
+    assert main(["dataset", "build", "--corpus", str(corpus.root), "--out", str(tmp_path / "bad"),
+                 "--rules-unmeasured-only"]) == 2
+    assert "--rules-unmeasured-only needs --rules" in capsys.readouterr().err
