@@ -99,8 +99,10 @@ def one_task(task: Any, hw: Any, model: Any, tok: Any, trials: int, ranker: Any 
         ss = seeded_search(task, hw, model, tok, ranker, model_id=model_id, trials=seeded)
         if ss.best is not None:
             methods[f"tlm_seeded_{seeded}"] = Method([schedule_of(task.mod, ss.best.trace_json)], ss.elapsed_s)
-        row["seeded"] = {"records": len(ss.records), "seeds": ss.seeds, "generate_s": ss.generate_s,
-                         "search_s": ss.search_s}
+        row["seeded"] = {"records": len(ss.records), "seeds": ss.seeds, "finalists": len(ss.finals),
+                         "generate_s": ss.generate_s, "search_s": ss.search_s,
+                         "search_best_us": min((r.latency_s * 1e6 for r in ss.records if r.latency_s), default=None),
+                         "final_us": [r.latency_s * 1e6 if r.latency_s else None for r in ss.finals]}
     methods["rules"] = rules_method(task, hw)
     methods["random"] = random_method(task, hw)
     search = reference_search(task, hw, trials, budgets=tuple(b for b in budgets if b < trials))

@@ -132,17 +132,24 @@ def test_a_bad_pool_is_refused(lm, ranker, tasks, cpu_hw):
 
 
 @pytest.mark.slow
-def test_seeded_search_measures_the_seeds_then_searches_within_the_budget(lm, ranker, tasks, cpu_hw):
+def test_seeded_search_measures_the_seeds_then_searches_then_times_its_finalists_again(lm, ranker, tasks, cpu_hw):
+    """Within ``trials``: the seeds, the search, and the fastest programs timed again side by side;
+    the answer is the fastest of that second timing (one timing of 64 is partly luck, issue 32)."""
     from tlm.service.seeded import seeded_search, seeded_tuner_name
 
     model, tok = lm
     before = ranker.xgb.data_size
-    s = seeded_search(tasks["matmul"], cpu_hw, model, tok, ranker, model_id="tiny", trials=8, seeds=3,
-                      trials_per_iter=5)
-    assert s.seeds == 3 and 3 < len(s.records) <= 8
+    stored: list = []
+    s = seeded_search(tasks["matmul"], cpu_hw, model, tok, ranker, model_id="tiny", trials=10, seeds=3,
+                      finalists=2, trials_per_iter=5, on_records=stored.extend)
+    assert s.seeds == 3 and 3 < len(s.records) <= 8 and stored == s.records
     assert {r.tuner for r in s.records} == {seeded_tuner_name("tiny")}
-    assert s.best is not None and s.best.latency_s == min(r.latency_s for r in s.records if r.latency_s)
+    fastest = sorted({r.record_id: r.latency_s for r in s.records if r.latency_s}.items(), key=lambda kv: kv[1])
+    assert [r.record_id for r in s.finals] == [k for k, _ in fastest[:2]], "the two fastest programs, once each"
+    assert s.best is not None and s.best.latency_s == min(r.latency_s for r in s.finals)
     assert ranker.xgb.data_size == before, "the caller's cost model is left as it was"
+    with pytest.raises(ValueError, match="finalists"):
+        seeded_search(tasks["matmul"], cpu_hw, model, tok, ranker, model_id="tiny", trials=4, finalists=-1)
 
 
 def test_a_whole_models_pools_are_sized_by_each_tasks_weight():
