@@ -12,8 +12,9 @@ nothing. Here, within the same trial budget:
 4. the ``finalists`` fastest distinct programs are measured again, side by side in one call, and
    the fastest there is the search's answer. Why: each candidate is timed once, in its own batch,
    and this host's speed moves up to 1.5x between calls; the fastest single timing of 64 is partly
-   luck. Without this step the answer was slower than the rules' seed it started from on 5 of 8
-   of BERT's and ViT's matmuls when timed beside it (0.85x MS@1000 on the Emerald Rapids).
+   luck. Without this step the answer was 6-48% slower than the rules' seed it started from on 4
+   of 8 of BERT's and ViT's matmuls when timed beside it (0.85x MS@1000 on the Emerald Rapids;
+   0.97x with it, bench/results/levers.md row 0b).
 
 Every measured candidate is a record under ``tlm-seeded:<model id>`` (the seeds and the search's
 own), so the closed loop learns from them like from any search.
