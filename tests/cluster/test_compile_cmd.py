@@ -312,7 +312,8 @@ def test_collect_with_the_seeded_strategy_needs_a_cost_model_then_searches_from_
         assert set(t.column("tuner").to_pylist()) == {"tlm-seeded:bare"}
         assert t.num_rows <= 20, "the seeds and the search share one budget"
         phases = {json.loads(p)["trials"] for p in t.column("tuner_params").to_pylist()}
-        assert len(phases) == 2 and sum(phases) == 20, "the model's seeds were measured, then the search ran"
+        # 16 seeds, 2 searched, 2 re-timing the finalists (not stored: the same programs)
+        assert phases == {16, 2}, "the model's seeds were measured, then the search ran"
 
 
 @pytest.mark.slow

@@ -61,7 +61,8 @@ def seeded_search(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ra
     """``trials`` measurements of ``task``: the model's ``seeds`` best-ranked candidates,
     MetaSchedule's evolutionary search seeded with them and searching with a copy of ``ranker``
     (a :class:`collectors.cost_model.CostModel`; the caller's copy is never changed), then the
-    ``finalists`` fastest programs timed again side by side (0: keep the fastest single timing).
+    ``finalists`` fastest programs timed again side by side (0: keep the fastest single timing; at
+    most half of the trials left after the seeds, so a small budget still searches).
     ``on_records`` gets every new program's record; the finalists' second timing is only in
     ``finals`` (the corpus stores a program once)."""
     from collectors.tir import schedule_of
@@ -73,7 +74,7 @@ def seeded_search(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ra
     if finalists < 0:
         raise ValueError(f"finalists must be >= 0, got {finalists}")
     seeds = max(1, min(seeds, trials, MAX_K))
-    finalists = min(finalists, trials - seeds)
+    finalists = min(finalists, (trials - seeds) // 2)  # never more than half of what the search gets
     out = SeededSearch()
     tuner = seeded_tuner_name(model_id)
 
