@@ -41,7 +41,7 @@ class SeededSearch:
     records: list = field(default_factory=list)  # every measured record, seeds first
     seeds: int = 0
     generate_s: float = 0.0  # the model and the cost model writing and ranking the seeds
-    search_s: float = 0.0  # measuring the seeds and the search after them
+    search_s: float = 0.0  # measuring the seeds, the search after them and the finalists again
     best: Any = None  # the fastest correct record of the finalists' second timing (None if none ran)
     finals: list = field(default_factory=list)  # the finalists' second timing (not stored: same programs)
 
@@ -96,25 +96,20 @@ def seeded_search(task: Task, hardware: Hardware, model: Any, tokenizer: Any, ra
     if left > 0:
         search_more(task, hardware, list(out.records), left, ranker=ranker, tuner=tuner, seed=seed,
                     trials_per_iter=trials_per_iter, run_id=run_id, on_records=keep)
-    out.best = _fastest(out.records)
-    final = _fastest_programs(out.records, finalists)
+    final = fastest_programs(out.records, max(1, finalists))
     if len(final) > 1:
         measure_schedules(task, hardware, [schedule_of(task.mod, r.trace_json) for r in final], tuner=tuner,
                           config=TuneConfig(trials=len(final), seed=seed, tuner=tuner), run_id=run_id,
                           on_records=out.finals.extend)
-        out.best = _fastest(out.finals) or out.best
+        final = fastest_programs(out.finals, 1) or final
+    out.best = final[0] if final else None
     out.search_s = time.perf_counter() - t1
     return out
 
 
-def _fastest(records: list) -> Any:
-    """The fastest correct record of ``records`` (None when none ran)."""
-    ok = [r for r in records if r.latency_s is not None]
-    return min(ok, key=lambda r: r.latency_s) if ok else None
-
-
-def _fastest_programs(records: list, n: int) -> list:
-    """The ``n`` fastest correct records of distinct programs (a program measured twice counts once)."""
+def fastest_programs(records: list, n: int) -> list:
+    """The ``n`` fastest correct records of distinct programs, fastest first (a program measured
+    twice counts once; none when none ran): a search's answer, or its finalists."""
     out, seen = [], set()
     for r in sorted((r for r in records if r.latency_s is not None), key=lambda r: r.latency_s):
         key = r.record_id or r.trace_json

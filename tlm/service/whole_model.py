@@ -315,6 +315,8 @@ def _search_step(ts: TaskSchedule, improve: Improver, trials: int, mine: list,
     """One step of the search after ``ts``'s ranked pool: ``trials`` more measurements from the
     task's measured records (``mine``, extended in place), ``ts`` updated when one ran faster;
     ``(measured, improved)``. A search that fails (a TVM error) measured nothing: the task is done."""
+    from tlm.service.seeded import fastest_programs
+
     try:
         records = improve(ts.task, trials, list(mine), on_records)
     except (RuntimeError, ValueError) as exc:
@@ -322,10 +324,10 @@ def _search_step(ts: TaskSchedule, improve: Improver, trials: int, mine: list,
         return 0, False
     mine += records
     ts.candidates += len(records)
-    ok = [r for r in records if r.latency_s is not None]
-    best = min(ok, key=lambda r: r.latency_s) if ok else None
-    if best is None or best.latency_s >= (ts.latency_s or float("inf")):
+    fastest = fastest_programs(records, 1)
+    if not fastest or fastest[0].latency_s >= (ts.latency_s or float("inf")):
         return len(records), False
+    best = fastest[0]
     ts.latency_s, ts.trace, ts.rank = best.latency_s, json.loads(best.trace_json), -1
     ts.source, ts.error = "search", None
     return len(records), True
