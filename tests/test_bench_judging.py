@@ -160,6 +160,28 @@ def test_the_pool_health_target_reads_the_whole_ranked_pool():
     assert empty["value"] is None and not empty["met"]
 
 
+def test_each_speed_target_carries_the_fastest_program_any_method_found():
+    """A target above what the fastest program of every method reaches is out of reach of the
+    run's programs, whatever ranks them: the ceiling is that pick per task (PyTorch left out: no
+    ranker can serve it; a failed method left out), geomean, against the target's reference."""
+    from bench.quality import aggregate, ceiling, report_md
+
+    def row(**lat):
+        return {"task": "t", "model": "m", "op_kind": "matmul", "flops": 0, "weight": 1, "deterministic_greedy": True,
+                "methods": {n: {"latency_s": v, "time_s": 1.0} for n, v in lat.items()}}
+
+    rows = [row(rules=4.0, ms_256=2.0, tlm_ranked_top1=4.0, torch_eager=1.0, random=None),
+            row(rules=1.0, ms_256=1.0, tlm_ranked_top1=1.0, torch_eager=0.5, random=9.0)]
+    assert ceiling(rows, "rules") == pytest.approx((2.0 * 1.0) ** 0.5)
+    assert ceiling(rows, "ms_1000") is None
+    agg = aggregate(rows, "ms_256", peak=100.0)
+    vs_rules = next(t for t in agg["targets"] if t["against"] == "rules")
+    assert vs_rules["value"] == pytest.approx(1.0) and vs_rules["ceiling"] == pytest.approx(2 ** 0.5)
+    md = report_md({"hardware": "k", "model_id": "m", "held_out_models": [], "trials": 256,
+                    "aggregate": agg, "tasks": rows})
+    assert "| TLM top-1 vs the strong rules | tlm_ranked_top1 | rules | 1.00 | >= 1.2 | no | 1.41 |" in md
+
+
 def test_a_method_that_failed_its_measurement_keeps_its_error_in_the_row(monkeypatch, capsys):
     """A judged row names the methods whose programs failed (build, run, wrong answer) with the
     first error, instead of dropping them: a geomean over the rest would hide them."""
