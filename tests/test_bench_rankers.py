@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.studies.rankers import picks
+from bench.studies.rankers import overruled, picks
 
 
 def test_picks_take_the_best_speed_among_the_top_k_scores_failures_count_zero():
@@ -39,3 +39,12 @@ def test_the_summary_is_a_geomean_over_tasks_and_a_failed_pick_counts_as_a_thous
     s = summarise(rows)
     assert np.isclose(s["cm"]["top1"], np.sqrt(0.25 * 1e-3)) and s["cm"]["top4"] == 1.0 and "spearman" not in s["cm"]
     assert s["fastest"] == {"top1": 1.0}
+
+
+def test_the_rules_program_is_served_unless_another_is_predicted_faster_by_the_margin():
+    """A served pool's pick may trust the cost model over the rules only past a margin: the rules'
+    program first while no other program's score exceeds (1 + margin) x its own."""
+    cost, is_rules = np.array([1.0, 1.25, 0.5]), np.array([True, False, False])
+    assert int(np.argmax(overruled(cost, is_rules, 0.3))) == 0
+    assert int(np.argmax(overruled(cost, is_rules, 0.2))) == 1
+    assert list(overruled(cost, np.zeros(3, dtype=bool), 0.0)) == list(cost)  # no rules' program: as scored

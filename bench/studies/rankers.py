@@ -107,6 +107,21 @@ def write(head: dict, rows: list[dict], out: str) -> None:
     print(json.dumps(summary, indent=1))
 
 
+#: How much faster than the rules' program (the cost model's predicted score, as a ratio) another
+#: program of a served pool must be predicted before it is served instead (``overruled``).
+OVERRULE_MARGINS = (0.0, 0.1, 0.3, 1.0)
+
+
+def overruled(cost: np.ndarray, is_rules: np.ndarray, margin: float) -> np.ndarray:
+    """Scores that serve the rules' program first unless the cost model predicts another program
+    more than ``1 + margin`` times its score (then the cost model's order): how far a served pick
+    may trust the cost model over the rules (``tlm.service.generator.RULES_FIRST`` trusts it never)."""
+    out = cost.astype(float).copy()
+    if is_rules.any() and (~is_rules).any() and out[~is_rules].max() <= out[is_rules].max() * (1 + margin):
+        out[is_rules] = np.inf
+    return out
+
+
 def _z(x: np.ndarray) -> np.ndarray:
     """Standardised within the pool (0 where every score is the same)."""
     sd = x.std()
@@ -149,6 +164,8 @@ def main() -> None:
         if "origin" in p.candidates[0]:  # a served pool: the rules' program, else the cost model's pick
             rules = np.asarray([float(c["origin"] == "rules") for c in p.candidates])
             scores["rules"] = rules * 1e6 + scores["cost_model"]
+            for m in OVERRULE_MARGINS:
+                scores[f"rules unless +{m:g}"] = overruled(scores["cost_model"], rules.astype(bool), m)
         row = {"model": p.model, "task": p.task.task_name, "size": len(p.candidates), "fastest": float(p.speeds.max()),
                "rankers": {label: picks(s, p.speeds) for label, s in scores.items()}}
         rows.append(row)
