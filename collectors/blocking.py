@@ -84,7 +84,6 @@ class BlockAxes:
 def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     """The :class:`BlockAxes` of ``block_name`` in an unscheduled module (None: not a plain
     loop nest over its iterators, or no contiguous output axis)."""
-    import tvm
     from tvm.tirx.analysis import undefined_vars
 
     from collectors.tir import as_module, block_realizes, contiguous_axis, is_reduction
@@ -105,21 +104,35 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     reduce = tuple(is_reduction(iv) for iv in ivs)
     extents = tuple(int(iv.dom.extent) for iv in ivs)
     rows = [i for i, iv in enumerate(ivs) if not reduce[i] and i != vec and iv.var not in used and extents[i] > 1]
-    write = found.block.writes[0].source
-    reread = [0] * len(ivs)
-    for r in found.block.reads:
+    reread = rereads(found.block)
+    return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None, reread,
+                     strided and len(found.block.reads) >= 2, _contiguous_plane(found.block, vec, loaded))
+
+
+def rereads(block: Any, *, in_bytes: bool = False) -> tuple[int, ...]:
+    """Per iterator of ``block``, the elements (``in_bytes``: bytes) of the inputs that do not
+    depend on it: what every parallel chunk of a split of its loop reads again
+    (:attr:`BlockAxes.reread`; an input of symbolic shape is not weighed)."""
+    import tvm
+    from tvm.tirx.analysis import undefined_vars
+
+    ivs = list(block.iter_vars)
+    write = block.writes[0].source
+    out = [0] * len(ivs)
+    for r in block.reads:
         if r.source.same_as(write):
             continue
         depends = set()
         for rng in r.region:
             depends |= set(undefined_vars(rng.min))
-        shape = [d for d in r.source.shape if isinstance(d, tvm.tirx.IntImm)]  # symbolic: not weighed
+        shape = [d for d in r.source.shape if isinstance(d, tvm.tirx.IntImm)]
         size = math.prod(int(d) for d in shape) if len(shape) == len(r.source.shape) else 0
+        if in_bytes:
+            size *= tvm.DataType(str(r.source.dtype)).bits // 8
         for i, iv in enumerate(ivs):
             if iv.var not in depends:
-                reread[i] += size
-    return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None, tuple(reread),
-                     strided and len(found.block.reads) >= 2, _contiguous_plane(found.block, vec, loaded))
+                out[i] += size
+    return tuple(out)
 
 
 def _contiguous_plane(block: Any, vec: int, loaded: list) -> int | None:

@@ -87,7 +87,7 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
 #: how a model may write: every healthy rule, none, all but one (``healthy-no-<rule>``), or the
 #: register rule as it was (``healthy-registers-all``)
 DECODINGS = ("plain", "healthy", "healthy-no-parallel", "healthy-no-vector", "healthy-no-registers",
-             "healthy-no-reuse", "healthy-registers-all")
+             "healthy-no-reuse", "healthy-no-reread", "healthy-registers-all")
 
 
 def _healthy(how: str) -> bool | frozenset:

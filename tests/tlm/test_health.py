@@ -4,6 +4,7 @@ the static failure modes, checked against the failure modes read from the schedu
 Zen 3 with 16 registers, an AVX-512 Zen 4 with 32), so the test holds on any host."""
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -179,3 +180,35 @@ def test_the_parallel_target_follows_the_work_and_the_cores():
     assert parallel_target(200e6, 10_000_000, 1) == 0
     with pytest.raises(ValueError, match="unknown healthy rule"):
         rules_of({"vectors"})
+
+
+def test_a_matmul_whose_b_outgrows_the_l2_is_split_over_its_columns():
+    """The ``reread`` rule: a 64 x 1024 x 512 matmul's B (2 MB) outgrows the L2 (512 KB on a
+    target that is not this host), its A (128 KB) does not, so the rows stay out of the parallel
+    levels (each chunk would stream all of B again) and the columns give the cores their chunks;
+    without the rule, walks split the rows."""
+    from collectors.threads import WAYS_PER_CORE
+    from tlm.language.health import RULES
+
+    hw = _hw("znver4")
+    task = make_task(matmul(64, 1024, 512), "matmul_wide", "matmul")
+    space = build_space(task, hw)
+    rng = random.Random(4)
+
+    def row_split(words, tiling) -> int:
+        program = apply_sentence(words, task, hw)
+        insts, decisions = list(program.trace.insts), program.trace.decisions
+        rows = next(s for s in tiling.spatial if s != tiling.axis)
+        return math.prod(int(f) for f in list(decisions[insts[rows]])[:tiling.outer_levels])
+
+    split_without = 0
+    for sk in space.sketches:
+        tiling = tiling_of(space, sk)
+        rows = next(s for s in tiling.spatial if s != tiling.axis)
+        assert tiling.restreams(rows) and not tiling.restreams(tiling.axis)
+        for _ in range(3):
+            words = _walk(task, hw, sk, rng, healthy=True)
+            assert row_split(words, tiling) == 1, " ".join(words[-30:])
+            assert _parallel(task, hw, words) >= WAYS_PER_CORE * hw.cores
+            split_without += row_split(_walk(task, hw, sk, rng, healthy=RULES - {"reread"}), tiling) > 1
+    assert split_without >= 2

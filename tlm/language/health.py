@@ -31,6 +31,16 @@ loops (taken before any instruction reshaped the nest), so each tile is one bloc
 
 The same rules as the failure modes read from the TIR; a test compares the two on walks.
 
+A fifth rule, ``reread``, keeps a spatial tile out of the parallel (outer) levels when each
+parallel chunk of a split of it would read again more input than the L2 holds (a matmul's rows,
+whose chunks each stream all of B) and another tile, whose chunks read less again, can give the
+cores their chunks: the parallel rule then splits that one, the stride-1 axis included (as
+``collectors.blocking._split_order`` orders the rules' sweep). Decoded first (Rocket Lake, the
+shipped model's greedy programs): the four slowest against the rules' program split the rows of a
+matmul whose B outgrows the 2 MB L2: ViT's 197 x 768 x 3072 dense 197 ways (16x slower), BERT's
+3072-deep dense 32 ways (6.8x), LLaMA's 128 x 4096 x 4096 training matmul 16 ways (6.3x the
+teacher). None of them is in a failure mode above.
+
 A third rule, ``parallel``, sizes the parallel loop by the task's work. MetaSchedule's postproc
 makes the outermost spatial loops above the first reduction loop one parallel loop (fusing them
 until their product passes the ``meta_schedule.parallel`` annotation's value); it leaves the
@@ -58,7 +68,7 @@ from collectors.tir import SHARED_TILE_MAX
 TILING_KEY = "meta_schedule.tiling_structure"
 
 #: the rules healthy decoding applies (module docstring); ``healthy=True`` means all of them
-RULES = frozenset({"vector", "registers", "reuse", "parallel"})
+RULES = frozenset({"vector", "registers", "reuse", "parallel", "reread"})
 #: a variant a study may name instead of its rule: ``registers-all`` lets the accumulators take
 #: every vector register (the ``registers`` rule before 2026-12-05), to judge the two side by side
 VARIANTS = frozenset({"registers-all"})
@@ -92,6 +102,23 @@ class CpuTiling:
     parallel: int = 0  # :func:`parallel_target` of the task: 0 none, 1 serial, P at least P ways
     fused_at: int = 0  # the tile level (1-based) a consumer or cache write is computed at (0: none)
     shared: tuple[int, ...] = ()  # the spatial tiles over iterators every input reads (collectors.tir.shared_iterators)
+    #: per spatial tile (as ``spatial``): the input bytes that do not depend on its iterator, which
+    #: every parallel chunk of a split of it reads again (``collectors.blocking.BlockAxes.reread``)
+    reread: tuple[int, ...] = ()
+    cache: int = 0  # bytes of the L2 a core streams the rest of an input from (collectors.blocking.l2_bytes)
+
+    def restreams(self, inst: int) -> bool:
+        """Whether spatial tile ``inst`` must stay out of the parallel (outer) levels (the ``reread``
+        rule): a split of it makes every chunk read again more input than the L2 holds, and another
+        spatial tile, whose chunks read less again, is long enough to give the cores their chunks."""
+        if not self.reread or inst not in self.spatial:
+            return False
+        mine = self.reread[self.spatial.index(inst)]
+        if mine <= self.cache:
+            return False
+        need = max(2, self.parallel)
+        return any(r < mine and (e or 0) >= need * (self.lanes if s == self.axis else 1)
+                   for s, r, e in zip(self.spatial, self.reread, self.extents) if s != inst)
 
     @property
     def outer_levels(self) -> int:
@@ -160,6 +187,7 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
     """The :class:`CpuTiling` of ``sketch`` (a ``tlm.language.space.Sketch`` of ``mod`` on a CPU
     ``hardware``), or None when it tiles no block with a structure whose tiles split the block's
     own loops (elementwise tasks, cross-thread reductions, GPU sketches)."""
+    from collectors.blocking import l2_bytes, rereads
     from collectors.hardware import accumulator_registers
     from collectors.tir import block_realizes, contiguous_axis, is_reduction, plain_json, shared_iterators, vector_lanes
     from tlm.language.trace_flow import first_reshape, made_by
@@ -209,8 +237,9 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
     if len(loops) != len(block.iter_vars) or any(not v.same_as(lp.loop_var)
                                                   for v, lp in zip(realize.iter_values, loops)):
         return None
-    spatial, reduction, axis, extents, shared = [], [], None, [], []
+    spatial, reduction, axis, extents, shared, reread = [], [], None, [], [], []
     pos, loaded = contiguous_axis(block)
+    read_again = rereads(block, in_bytes=True)
     read_by_all = set(shared_iterators(block))
     extent_of = {c.inst_index: c.extent or 0 for c in sketch.choices if c.kind == "tile"}
     for inst, j in tiles[name]:
@@ -219,6 +248,7 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
         else:
             spatial.append(inst)
             extents.append(extent_of.get(inst, 0))
+            reread.append(read_again[j])
             if j == pos:
                 axis = inst
             if j in read_by_all:
@@ -226,7 +256,8 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
     lanes = vector_lanes(int(hardware.vector_bits), str(block.writes[0].source.dtype))
     return CpuTiling(structure=structure[name], spatial=tuple(spatial), reduction=tuple(reduction), axis=axis,
                      vectorize=bool(loaded), lanes=lanes, registers=accumulator_registers(hardware),
-                     extents=tuple(extents), fused_at=min(fused_at, default=0), shared=tuple(shared))
+                     extents=tuple(extents), fused_at=min(fused_at, default=0), shared=tuple(shared),
+                     reread=tuple(reread), cache=l2_bytes(hardware))
 
 
 def healthy_factors(tiling: CpuTiling, inst: int, n: int, chosen: Sequence[int], extent: int,
@@ -243,9 +274,12 @@ def healthy_factors(tiling: CpuTiling, inst: int, n: int, chosen: Sequence[int],
     if "vector" in rules and inst == tiling.axis and tiling.vectorize and extent % tiling.lanes == 0:
         vec = [v for v in out if (rest // v) % tiling.lanes == 0]
         out = vec or out
-    if "parallel" in rules and tiling.parallel and inst in tiling.spatial and i < tiling.outer_levels \
-            and (inst != tiling.axis or tiling.parallel == 1):
-        out = _parallel_factors(tiling, inst, chosen, rest, done, out)
+    held = "reread" in rules and tiling.parallel != 1 and i < tiling.outer_levels and tiling.restreams(inst)
+    if held:  # its whole extent inside the parallel levels: every chunk streams its own part of the input
+        out = [v for v in out if v == 1] or out
+    elif "parallel" in rules and tiling.parallel and inst in tiling.spatial and i < tiling.outer_levels \
+            and (inst != tiling.axis or tiling.parallel == 1 or _axis_splits(tiling, rules)):
+        out = _parallel_factors(tiling, inst, chosen, rest, done, out, rules)
     budget = _register_budget(tiling, rules)
     reuse = "reuse" in rules and bool(tiling.shared)
     if i != n - 2 or (budget is None and not reuse):
@@ -281,8 +315,15 @@ def _register_budget(tiling: CpuTiling, rules: frozenset) -> int | None:
     return tiling.registers + OPERAND_REGISTERS if "registers-all" in rules else None
 
 
+def _axis_splits(tiling: CpuTiling, rules: frozenset) -> bool:
+    """Whether the stride-1 axis is asked to split for the cores after all: the ``reread`` rule
+    holds another spatial tile out of the parallel levels (a matmul whose B outgrows the L2 is
+    split over its columns, as the rules' sweep splits it: ``collectors.blocking._split_order``)."""
+    return "reread" in rules and any(tiling.restreams(s) for s in tiling.spatial if s != tiling.axis)
+
+
 def _parallel_factors(tiling: CpuTiling, inst: int, chosen: Sequence[int], rest: int,
-                      done: Mapping[int, Sequence[int]], values: list[int]) -> list[int]:
+                      done: Mapping[int, Sequence[int]], values: list[int], rules: frozenset = RULES) -> list[int]:
     """The ``parallel`` rule on an outer-level factor of a spatial tile: 1 for a serial task; for a
     parallel one, the values after which the outer levels can still multiply to the target (the
     later outer levels of this tile taking what is left, the undecided tiles their whole extent).
@@ -293,8 +334,10 @@ def _parallel_factors(tiling: CpuTiling, inst: int, chosen: Sequence[int], rest:
     levels = tiling.outer_levels
     have = math.prod(math.prod(done[s][:levels]) for s in tiling.spatial if s in done and s != inst)
     have *= math.prod(chosen)
+    axis_splits = _axis_splits(tiling, rules)
     later = math.prod(e or 1 for s, e in zip(tiling.spatial, tiling.extents)
-                      if s not in done and s != inst and s != tiling.axis)
+                      if s not in done and s != inst and (s != tiling.axis or axis_splits)
+                      and not ("reread" in rules and tiling.restreams(s)))
     more_here = len(chosen) + 1 < levels
 
     def reach(v: int) -> int:
