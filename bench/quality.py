@@ -445,7 +445,8 @@ def report_md(res: dict) -> str:
 
 
 def health_md(health: dict) -> list[str]:
-    """The pool-health table: per method, the share of its programs in each failure mode."""
+    """The pool-health table: per method, the share of its programs in each failure mode ("-": a
+    mode added after the run, which its file does not count)."""
     from collectors.failure_modes import MODES
 
     if not health:
@@ -454,7 +455,7 @@ def health_md(health: dict) -> list[str]:
              "| programs of | n | any | " + " | ".join(MODES) + " |", "|---|---:|---:|" + "---:|" * len(MODES)]
     for name, h in health.items():
         if h.get("n"):
-            lines.append(f"| {name} | {h['n']} | {h['any']:.0%} | " + " | ".join(f"{h[m]:.0%}" for m in MODES) + " |")
+            lines.append(f"| {name} | {h['n']} | {h['any']:.0%} | " + " | ".join("-" if h.get(m) is None else f"{h[m]:.0%}" for m in MODES) + " |")
     speed = health.get("teacher", {}).get("geomean_speed")
     if speed:
         lines += ["", "The teacher's programs by mode, geomean speed relative to their task's best record: "

@@ -29,6 +29,12 @@ target's vector registers an accumulator may take):
   register tile (1.2-1.8 ms against MetaSchedule's 0.14 ms), and on the Zen 3 corpus's depthwise
   convolutions and batched matmuls such tiles of 3 or more ran at 0.05-0.29x their task's best
   (1: 0.42x, 2: 0.34x; `bench.studies.register_tiles`), the best record holding 1 or 2 in 22 of 23 workloads;
+- ``restream``: the parallel loop splits a spatial iterator each of whose chunks reads again more
+  input than the L2 holds (``collectors.blocking.rereads``), while another that reads less again
+  could give every core chunks of its own. Found after the first six: on the Rocket Lake the
+  shipped model's slowest greedy programs split a big matmul's rows over the cores, every chunk
+  streaming all of B (ViT's 197 x 768 x 3072 dense 16x slower than the rules' program, which
+  splits its columns); healthy decoding's ``reread`` rule;
 - ``one_core``: no parallel loop of extent >= 2 over the main block on a multi-core target.
 
 The three vector modes count only when they were avoidable: the axis has a tile that is a
@@ -47,7 +53,7 @@ from collectors.tir import (SHARED_TILE_MAX, block_realizes, contiguous_axis, is
                             vector_lanes)
 
 #: every mode, in the order reports list them
-MODES = ("no_simd", "short_vector", "ragged_vector", "register_spill", "no_reuse", "one_core")
+MODES = ("no_simd", "short_vector", "ragged_vector", "register_spill", "no_reuse", "restream", "one_core")
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,9 @@ class LoopShape:
     registers: int  # vector registers the accumulators may take on the target (accumulator_registers)
     contiguous_input: bool  # the stride-1 output axis is the last dimension of an input the block reads
     shared_tile: int = 1  # register-tile elements over iterators every input reads (collectors.tir.shared_iterators)
+    #: the parallel loop splits an iterator whose chunks each read again more input than the L2
+    #: holds, while another, whose chunks read less again, is long enough for the cores
+    restream: bool = False
 
     @property
     def accumulators(self) -> int | None:
@@ -153,7 +162,40 @@ def loop_shape(mod: Any, hardware: Any) -> LoopShape | None:
     parallel = math.prod(int(lp.extent) for lp in loops if lp.kind == tirx.ForKind.PARALLEL)
     return LoopShape(block=str(block.name_hint), axis_extent=axis_extent, inner_factor=inner, register_tile=tile,
                      parallel=parallel, lanes=lanes, registers=accumulator_registers(hardware),
-                     contiguous_input=bool(loaded), shared_tile=shared_tile)
+                     contiguous_input=bool(loaded), shared_tile=shared_tile,
+                     restream=bool(reduce_vars) and parallel > 1 and _restreams(block, binding, loops, axis, hardware,
+                                                                                lanes))
+
+
+def _restreams(block: Any, binding: dict, loops: Sequence[Any], axis: int | None, hardware: Any, lanes: int) -> bool:
+    """The ``restream`` mode: a spatial iterator split by the parallel loop, each of whose chunks
+    reads again more input than the L2 holds (``collectors.blocking.rereads``: a matmul's rows
+    read all of B), while another spatial iterator that reads less again spans enough values to
+    give every core chunks of its own (whole vectors of it, on the stride-1 axis)."""
+    from tvm import ir, sym, tirx
+
+    from collectors.blocking import l2_bytes, rereads
+
+    reread, cache = rereads(block, in_bytes=True), l2_bytes(hardware)
+    cores = int(getattr(hardware, "cores", 1) or 1)
+    dom = {lp.loop_var: ir.Range.from_min_extent(lp.min, lp.extent if lp.kind == tirx.ForKind.PARALLEL else 1)
+           for lp in loops}
+    spatial = [i for i, iv in enumerate(block.iter_vars) if not is_reduction(iv)]
+
+    def ways(i: int) -> int:  # how many values of iterator i the parallel loop spreads over the chunks
+        res = sym.detect_iter_map([binding[block.iter_vars[i].var]], dom)
+        if not res.indices:
+            return 1
+        expr = res.indices[0]
+        terms = list(expr.args) if isinstance(expr, sym.IterSumExpr) else [expr]
+        return math.prod(int(t.extent) for t in terms if isinstance(t, sym.IterSplitExpr))
+
+    for i in spatial:
+        if reread[i] > cache and ways(i) > 1 and any(
+                reread[j] < reread[i] and int(block.iter_vars[j].dom.extent) >= cores * (lanes if j == axis else 1)
+                for j in spatial if j != i):
+            return True
+    return False
 
 
 def modes_of(shape: LoopShape | None, cores: int = 2) -> tuple[str, ...]:
@@ -175,6 +217,8 @@ def modes_of(shape: LoopShape | None, cores: int = 2) -> tuple[str, ...]:
         out.append("register_spill")
     if shape.shared_tile > SHARED_TILE_MAX:
         out.append("no_reuse")
+    if shape.restream:
+        out.append("restream")
     if cores >= 2 and shape.parallel < 2:
         out.append("one_core")
     return tuple(m for m in MODES if m in out)

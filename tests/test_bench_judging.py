@@ -160,6 +160,17 @@ def test_the_pool_health_target_reads_the_whole_ranked_pool():
     assert empty["value"] is None and not empty["met"]
 
 
+def test_a_report_of_a_run_before_a_mode_was_added_renders_it_as_unknown():
+    """``--report`` re-renders files written before a failure mode existed: that mode's share is
+    "-" (the run did not count it), not a crash."""
+    from bench.quality import health_md
+
+    old = {"rules": {"n": 20, "any": 0.0, "no_simd": 0.0, "short_vector": 0.0, "ragged_vector": 0.0,
+                     "register_spill": 0.0, "no_reuse": 0.0, "one_core": 0.0}}
+    row = next(line for line in health_md(old) if line.startswith("| rules |"))
+    assert row == "| rules | 20 | 0% | 0% | 0% | 0% | 0% | 0% | - | 0% |"
+
+
 def test_each_speed_target_carries_the_fastest_program_any_method_found():
     """A target above what the fastest program of every method reaches is out of reach of the
     run's programs, whatever ranks them: the ceiling is that pick per task (PyTorch left out: no

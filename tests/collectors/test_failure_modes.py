@@ -85,6 +85,24 @@ def test_one_core(znver4_hw):
     assert modes_of_schedule(_tiled(_mm(), 4, 32, parallel=False), znver4_hw) == ("one_core",)
 
 
+def test_rows_split_over_the_cores_while_b_outgrows_the_l2_restream_it(znver4_hw):
+    """64 x 1024 x 512: B (2 MB) outgrows the L2 (512 KB on a target that is not this host), A
+    (128 KB) does not. The rows split over the cores make every chunk stream all of B again;
+    the columns split instead, each chunk streams its own part: no mode."""
+    from tvm.s_tir.schedule import Schedule
+
+    assert modes_of_schedule(_tiled(_mm(64, 1024, 512), 4, 32), znver4_hw) == ("restream",)
+    sch = Schedule(_mm(64, 1024, 512))
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    i0, i1 = sch.split(i, [None, 4])
+    j0, j1 = sch.split(j, [None, 32])
+    k0, k1 = sch.split(k, [None, 4])
+    sch.reorder(j0, i0, k0, k1, i1, j1)
+    sch.parallel(j0)
+    assert modes_of_schedule(sch, znver4_hw) == ()
+    assert modes_of_schedule(_tiled(_mm(), 4, 32), znver4_hw) == ()  # a B the L2 holds: rows are fine
+
+
 def test_the_factor_outside_the_reduction_is_not_the_innermost(znver4_hw):
     """j split 32 x 2 with the 32 outside the inner reduction loop: the register tile walks the
     contiguous axis 2 at a time, whatever the outer loop does."""

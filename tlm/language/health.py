@@ -39,7 +39,8 @@ cores their chunks: the parallel rule then splits that one, the stride-1 axis in
 shipped model's greedy programs): the four slowest against the rules' program split the rows of a
 matmul whose B outgrows the 2 MB L2: ViT's 197 x 768 x 3072 dense 197 ways (16x slower), BERT's
 3072-deep dense 32 ways (6.8x), LLaMA's 128 x 4096 x 4096 training matmul 16 ways (6.3x the
-teacher). None of them is in a failure mode above.
+teacher). None of them was in a failure mode above; ``collectors.failure_modes`` reads it from the
+TIR now (``restream``).
 
 A third rule, ``parallel``, sizes the parallel loop by the task's work. MetaSchedule's postproc
 makes the outermost spatial loops above the first reduction loop one parallel loop (fusing them
