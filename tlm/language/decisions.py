@@ -143,7 +143,8 @@ class DecisionState:
             lanes = self.sketch.vector_lanes.get(choice.inst_index)
             return sorted(v for v in set(choice.candidates) if lanes is None or v <= lanes), set()
         if choice.kind == "parallel":
-            return parallel_values(self.tiling, list(range(1, choice.max_parallel + 1)), self.rules), set()
+            done = {c.inst_index: v for c, v in self.values if c.kind == "tile"}
+            return parallel_values(self.tiling, list(range(1, choice.max_parallel + 1)), self.rules, done), set()
         locs = domain.locations
         return [v for v in locs if v >= 0], {LOCATION_WORDS[v] for v in locs if v < 0}
 

@@ -31,11 +31,13 @@ loops (taken before any instruction reshaped the nest), so each tile is one bloc
 
 The same rules as the failure modes read from the TIR; a test compares the two on walks.
 
-A fifth rule, ``reread``, keeps a spatial tile out of the parallel (outer) levels when each
-parallel chunk of a split of it would read again more input than the L2 holds (a matmul's rows,
-whose chunks each stream all of B) and another tile, whose chunks read less again, can give the
-cores their chunks: the parallel rule then splits that one, the stride-1 axis included (as
-``collectors.blocking._split_order`` orders the rules' sweep). Decoded first (Rocket Lake, the
+A fifth rule, ``reread``, keeps a spatial tile out of the parallel loop when each parallel
+chunk of a split of it would read again more input than the L2 holds (a matmul's rows, whose
+chunks each stream all of B) and another tile, whose chunks read less again, can give the cores
+their chunks: its first level is 1, the parallel rule asks the first level of the others for the
+cores' chunks, the stride-1 axis included (as ``collectors.blocking._split_order`` orders the
+rules' sweep), and where the held tile splits at a later outer level (sequential within a chunk)
+the parallel annotation stops the postproc's fusion before that level. Decoded first (Rocket Lake, the
 shipped model's greedy programs): the four slowest against the rules' program split the rows of a
 matmul whose B outgrows the 2 MB L2: ViT's 197 x 768 x 3072 dense 197 ways (16x slower), BERT's
 3072-deep dense 32 ways (6.8x), LLaMA's 128 x 4096 x 4096 training matmul 16 ways (6.3x the
@@ -109,9 +111,9 @@ class CpuTiling:
     cache: int = 0  # bytes of the L2 a core streams the rest of an input from (collectors.blocking.l2_bytes)
 
     def restreams(self, inst: int) -> bool:
-        """Whether spatial tile ``inst`` must stay out of the parallel (outer) levels (the ``reread``
-        rule): a split of it makes every chunk read again more input than the L2 holds, and another
-        spatial tile, whose chunks read less again, is long enough to give the cores their chunks."""
+        """Whether spatial tile ``inst`` must stay out of the parallel loop (the ``reread`` rule): a
+        split of it makes every chunk read again more input than the L2 holds, and another spatial
+        tile, whose chunks read less again, is long enough to give the cores their chunks."""
         if not self.reread or inst not in self.spatial:
             return False
         mine = self.reread[self.spatial.index(inst)]
@@ -275,10 +277,10 @@ def healthy_factors(tiling: CpuTiling, inst: int, n: int, chosen: Sequence[int],
     if "vector" in rules and inst == tiling.axis and tiling.vectorize and extent % tiling.lanes == 0:
         vec = [v for v in out if (rest // v) % tiling.lanes == 0]
         out = vec or out
-    held = "reread" in rules and tiling.parallel != 1 and i < tiling.outer_levels and tiling.restreams(inst)
-    if held:  # its whole extent inside the parallel levels: every chunk streams its own part of the input
+    held = "reread" in rules and tiling.parallel != 1 and i == 0 < tiling.outer_levels and tiling.restreams(inst)
+    if held:  # not split at the first level: the parallel annotation stops the fusion before the others
         out = [v for v in out if v == 1] or out
-    elif "parallel" in rules and tiling.parallel and inst in tiling.spatial and i < tiling.outer_levels \
+    elif "parallel" in rules and tiling.parallel and inst in tiling.spatial and i < _parallel_levels(tiling, rules) \
             and (inst != tiling.axis or tiling.parallel == 1 or _axis_splits(tiling, rules)):
         out = _parallel_factors(tiling, inst, chosen, rest, done, out, rules)
     budget = _register_budget(tiling, rules)
@@ -316,6 +318,15 @@ def _register_budget(tiling: CpuTiling, rules: frozenset) -> int | None:
     return tiling.registers + OPERAND_REGISTERS if "registers-all" in rules else None
 
 
+def _parallel_levels(tiling: CpuTiling, rules: frozenset) -> int:
+    """The spatial tile levels the parallel rule counts on: the outer ones, or the first alone
+    where the ``reread`` rule holds a tile (its later outer levels may split, sequentially within a
+    chunk, and :func:`parallel_values` keeps the postproc's fusion out of them)."""
+    if "reread" in rules and tiling.parallel != 1 and any(tiling.restreams(s) for s in tiling.spatial):
+        return min(1, tiling.outer_levels)
+    return tiling.outer_levels
+
+
 def _axis_splits(tiling: CpuTiling, rules: frozenset) -> bool:
     """Whether the stride-1 axis is asked to split for the cores after all: the ``reread`` rule
     holds another spatial tile out of the parallel levels (a matmul whose B outgrows the L2 is
@@ -332,7 +343,7 @@ def _parallel_factors(tiling: CpuTiling, inst: int, chosen: Sequence[int], rest:
     vector loop of a 7-wide NCHW row (a 1x1 convolution 0.46x -> 0.12x the teacher)."""
     if tiling.parallel == 1:
         return [v for v in values if v == 1] or values
-    levels = tiling.outer_levels
+    levels = _parallel_levels(tiling, rules)
     have = math.prod(math.prod(done[s][:levels]) for s in tiling.spatial if s in done and s != inst)
     have *= math.prod(chosen)
     axis_splits = _axis_splits(tiling, rules)
@@ -348,13 +359,22 @@ def _parallel_factors(tiling: CpuTiling, inst: int, chosen: Sequence[int], rest:
     return kept or values
 
 
-def parallel_values(tiling: CpuTiling | None, values: list[int], rules: frozenset = RULES) -> list[int]:
+def parallel_values(tiling: CpuTiling | None, values: list[int], rules: frozenset = RULES,
+                    done: Mapping[int, Sequence[int]] | None = None) -> list[int]:
     """The ``parallel`` rule on the ``meta_schedule.parallel`` annotation's value: the postproc
     fuses outer loops until their product passes it, so a value under the target can stop the
-    fusion early; values below ``target - 1`` go (never all of them)."""
+    fusion early; values below ``target - 1`` go (never all of them). With the ``reread`` rule and
+    the tiles decided (``done``): where a held tile splits at a later outer level, values under the
+    first level's product, so that the fusion stops before it (ResNet-50's 1x1 ``conv2d5`` keeps its
+    teacher's 8 output-channel blocks inside each of 56 row chunks)."""
     if tiling is None or "parallel" not in rules or tiling.parallel < 2:
         return values
-    return [v for v in values if v >= tiling.parallel - 1] or values
+    out = [v for v in values if v >= tiling.parallel - 1] or values
+    if "reread" in rules and done and any(tiling.restreams(s) and math.prod(done[s][1:tiling.outer_levels]) > 1
+                                          for s in tiling.spatial if s in done):
+        first = math.prod(done[s][0] for s in tiling.spatial if s in done)
+        out = [v for v in out if v < first] or out
+    return out
 
 
 #: instructions that take a block out of the root's loop nests, and that add one
