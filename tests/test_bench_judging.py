@@ -152,7 +152,7 @@ def test_coverage_subsets_are_nested_and_keep_the_test_split(tmp_path):
 def test_the_pool_health_target_reads_the_whole_ranked_pool():
     """Issue 32: at most 10% of the served ranked pool's programs in a static failure mode; no
     ranked pool judged, no figure (and not met)."""
-    from bench.quality import pool_target
+    from bench.quality_targets import pool_target
 
     assert pool_target({"tlm_ranked_pool": {"n": 640, "any": 0.05}})["met"]
     assert not pool_target({"tlm_ranked_pool": {"n": 96, "any": 0.81}})["met"]
@@ -175,7 +175,8 @@ def test_each_speed_target_carries_the_fastest_program_any_method_found():
     """A target above what the fastest program of every method reaches is out of reach of the
     run's programs, whatever ranks them: the ceiling is that pick per task (PyTorch left out: no
     ranker can serve it; a failed method left out), geomean, against the target's reference."""
-    from bench.quality import aggregate, ceiling, report_md
+    from bench.quality import aggregate, report_md
+    from bench.quality_targets import ceiling
 
     def row(**lat):
         return {"task": "t", "model": "m", "op_kind": "matmul", "flops": 0, "weight": 1, "deterministic_greedy": True,
