@@ -31,19 +31,6 @@ loops (taken before any instruction reshaped the nest), so each tile is one bloc
 
 The same rules as the failure modes read from the TIR; a test compares the two on walks.
 
-A fifth rule, ``reread``, keeps a spatial tile out of the parallel loop when each parallel
-chunk of a split of it would read again more input than the L2 holds (a matmul's rows, whose
-chunks each stream all of B) and another tile, whose chunks read less again, can give the cores
-their chunks: its first level is 1, the parallel rule asks the first level of the others for the
-cores' chunks, the stride-1 axis included (as ``collectors.blocking._split_order`` orders the
-rules' sweep), and where the held tile splits at a later outer level (sequential within a chunk)
-the parallel annotation stops the postproc's fusion before that level. Decoded first (Rocket Lake, the
-shipped model's greedy programs): the four slowest against the rules' program split the rows of a
-matmul whose B outgrows the 2 MB L2: ViT's 197 x 768 x 3072 dense 197 ways (16x slower), BERT's
-3072-deep dense 32 ways (6.8x), LLaMA's 128 x 4096 x 4096 training matmul 16 ways (6.3x the
-teacher). None of them was in a failure mode above; ``collectors.failure_modes`` reads it from the
-TIR now (``restream``).
-
 A third rule, ``parallel``, sizes the parallel loop by the task's work. MetaSchedule's postproc
 makes the outermost spatial loops above the first reduction loop one parallel loop (fusing them
 until their product passes the ``meta_schedule.parallel`` annotation's value); it leaves the
@@ -57,6 +44,19 @@ programs left the outer tiles at 1 and ran 1-7 ways parallel where the teacher r
 (``collectors.threads.parallel_target``): below one region's cost, every tile level above the first reduction
 is 1 (one core); above it, those levels multiply to at least ``WAYS_PER_CORE x cores`` and the annotation
 lets the postproc fuse that many, whenever some legal value allows.
+
+A fifth rule, ``reread``, keeps a spatial tile out of the parallel loop when each parallel
+chunk of a split of it would read again more input than the L2 holds (a matmul's rows, whose
+chunks each stream all of B) and another tile, whose chunks read less again, can give the cores
+their chunks: its first level is 1, the parallel rule asks the first level of the others for the
+cores' chunks, the stride-1 axis included (as ``collectors.blocking._split_order`` orders the
+rules' sweep), and where the held tile splits at a later outer level (sequential within a chunk)
+the parallel annotation stops the postproc's fusion before that level. Decoded first (Rocket Lake, the
+shipped model's greedy programs): the four slowest against the rules' program split the rows of a
+matmul whose B outgrows the 2 MB L2: ViT's 197 x 768 x 3072 dense 197 ways (16x slower), BERT's
+3072-deep dense 32 ways (6.8x), LLaMA's 128 x 4096 x 4096 training matmul 16 ways (6.3x the
+teacher). None of them was in a failure mode above; ``collectors.failure_modes`` reads it from the
+TIR now (``restream``).
 """
 from __future__ import annotations
 
