@@ -385,7 +385,8 @@ def health_md(health: dict) -> list[str]:
              "| programs of | n | any | " + " | ".join(MODES) + " |", "|---|---:|---:|" + "---:|" * len(MODES)]
     for name, h in health.items():
         if h.get("n"):
-            lines.append(f"| {name} | {h['n']} | {h['any']:.0%} | " + " | ".join("-" if h.get(m) is None else f"{h[m]:.0%}" for m in MODES) + " |")
+            shares = ("-" if h.get(m) is None else f"{h[m]:.0%}" for m in MODES)
+            lines.append(f"| {name} | {h['n']} | {h['any']:.0%} | " + " | ".join(shares) + " |")
     speed = health.get("teacher", {}).get("geomean_speed")
     if speed:
         lines += ["", "The teacher's programs by mode, geomean speed relative to their task's best record: "

@@ -60,6 +60,7 @@ TIR now (``restream``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -110,18 +111,23 @@ class CpuTiling:
     reread: tuple[int, ...] = ()
     cache: int = 0  # bytes of the L2 a core streams the rest of an input from (collectors.blocking.l2_bytes)
 
-    def restreams(self, inst: int) -> bool:
-        """Whether spatial tile ``inst`` must stay out of the parallel loop (the ``reread`` rule): a
-        split of it makes every chunk read again more input than the L2 holds, and another spatial
-        tile, whose chunks read less again, is long enough to give the cores their chunks."""
-        if not self.reread or inst not in self.spatial:
-            return False
-        mine = self.reread[self.spatial.index(inst)]
-        if mine <= self.cache:
-            return False
+    @functools.cached_property
+    def restreaming(self) -> frozenset:
+        """The spatial tiles that must stay out of the parallel loop (the ``reread`` rule): a split
+        of one makes every chunk read again more input than the L2 holds, and another spatial tile,
+        whose chunks read less again, is long enough to give the cores their chunks. None on a task
+        written serial. Derived once per tiling: every factor decision asks."""
+        if not self.reread or self.parallel == 1:
+            return frozenset()
         need = max(2, self.parallel)
-        return any(r < mine and (e or 0) >= need * (self.lanes if s == self.axis else 1)
-                   for s, r, e in zip(self.spatial, self.reread, self.extents) if s != inst)
+        return frozenset(
+            inst for inst, mine in zip(self.spatial, self.reread)
+            if mine > self.cache and any(r < mine and (e or 0) >= need * (self.lanes if s == self.axis else 1)
+                                         for s, r, e in zip(self.spatial, self.reread, self.extents) if s != inst))
+
+    def restreams(self, inst: int) -> bool:
+        """Whether spatial tile ``inst`` is one of :attr:`restreaming`."""
+        return inst in self.restreaming
 
     @property
     def outer_levels(self) -> int:
@@ -277,7 +283,7 @@ def healthy_factors(tiling: CpuTiling, inst: int, n: int, chosen: Sequence[int],
     if "vector" in rules and inst == tiling.axis and tiling.vectorize and extent % tiling.lanes == 0:
         vec = [v for v in out if (rest // v) % tiling.lanes == 0]
         out = vec or out
-    held = "reread" in rules and tiling.parallel != 1 and i == 0 < tiling.outer_levels and tiling.restreams(inst)
+    held = "reread" in rules and i == 0 < tiling.outer_levels and tiling.restreams(inst)
     if held:  # not split at the first level: the parallel annotation stops the fusion before the others
         out = [v for v in out if v == 1] or out
     elif "parallel" in rules and tiling.parallel and inst in tiling.spatial and i < _parallel_levels(tiling, rules) \
@@ -322,7 +328,7 @@ def _parallel_levels(tiling: CpuTiling, rules: frozenset) -> int:
     """The spatial tile levels the parallel rule counts on: the outer ones, or the first alone
     where the ``reread`` rule holds a tile (its later outer levels may split, sequentially within a
     chunk, and :func:`parallel_values` keeps the postproc's fusion out of them)."""
-    if "reread" in rules and tiling.parallel != 1 and any(tiling.restreams(s) for s in tiling.spatial):
+    if "reread" in rules and tiling.restreaming:
         return min(1, tiling.outer_levels)
     return tiling.outer_levels
 
@@ -331,7 +337,7 @@ def _axis_splits(tiling: CpuTiling, rules: frozenset) -> bool:
     """Whether the stride-1 axis is asked to split for the cores after all: the ``reread`` rule
     holds another spatial tile out of the parallel levels (a matmul whose B outgrows the L2 is
     split over its columns, as the rules' sweep splits it: ``collectors.blocking._split_order``)."""
-    return "reread" in rules and any(tiling.restreams(s) for s in tiling.spatial if s != tiling.axis)
+    return "reread" in rules and bool(tiling.restreaming - {tiling.axis})
 
 
 def _parallel_factors(tiling: CpuTiling, inst: int, chosen: Sequence[int], rest: int,
