@@ -8,8 +8,10 @@ on ``workers`` DDP workers (gloo on CPU, nccl on GPU), copies the last checkpoin
 ``<out_dir>/<model id>/`` (weights, tokenizer, config: no optimizer state) and registers it.
 
 Resume: the Ray Train run is ``<storage>/<name>``; starting the same name again restores its
-newest checkpoint (``ray.train.get_checkpoint``), and the model shape, tokenizer and training
-config are read back from ``job.json`` there, so a resumed run cannot silently change them.
+newest complete checkpoint (Ray's ``get_checkpoint``, or a newer one on disk that Ray had not
+recorded when the run died: :func:`tlm.model.checkpoint.newest_complete`), and the model shape,
+tokenizer and training config are read back from ``job.json`` there, so a resumed run cannot
+silently change them.
 """
 from __future__ import annotations
 
@@ -193,8 +195,14 @@ def run_training(cfg: TrainConfig, job: TrainJob, *,
     keys = "+".join(k.removeprefix("cpu-") for k in job.hardware_keys) if job.hardware_keys else None
     job.name = job.name or f"{cfg.stage}-{job.hardware_key or keys or 'all'}-{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     spec = _resumable_spec(job)
+    resume_from = None
     if spec is not None:
-        log.info("resuming run %s from %s (its saved configuration wins)", job.name, job.storage_path)
+        from tlm.model.checkpoint import newest_complete
+
+        # Ray's record of the run may lag its disk by the last checkpoint (tlm.model.checkpoint)
+        resume_from = newest_complete(os.path.join(job.storage_path, job.name))
+        log.info("resuming run %s from %s (its saved configuration wins; newest complete checkpoint: %s)",
+                 job.name, job.storage_path, resume_from)
     else:
         spec = prepare(cfg, job)
     t0 = time.perf_counter()
@@ -206,7 +214,7 @@ def run_training(cfg: TrainConfig, job: TrainJob, *,
             ray_train_loop,
             train_loop_config={k: spec[k] for k in ("train", "model_config", "tokenizer_dir", "total_steps",
                                                     "steps_per_epoch", "base_model_path", "info")}
-            | {"threads": threads},
+            | {"threads": threads, "resume_from": resume_from},
             scaling_config=ScalingConfig(num_workers=job.workers, use_gpu=job.gpu,
                                          resources_per_worker={"CPU": cpu_per_worker}),
             torch_config=TorchConfig(backend="nccl" if job.gpu else "gloo"),

@@ -16,17 +16,23 @@ def ray_train_loop(config: dict) -> None:
     """The body of every Ray Train worker: the TLM's training loop in a :class:`RayTrainSession`."""
     from tlm.model.train import train_loop_per_worker
 
-    train_loop_per_worker({**config, "session": RayTrainSession()})
+    train_loop_per_worker({**config, "session": RayTrainSession(config.get("resume_from"))})
 
 
 class RayTrainSession:
-    """Inside a Ray Train worker: dataset shards, DDP, ``ray.train.report`` and restore."""
+    """Inside a Ray Train worker: dataset shards, DDP, ``ray.train.report`` and restore.
 
-    def __init__(self) -> None:
+    ``resume_from``: the newest complete checkpoint on disk when the run started (chosen once
+    by the driver, so every rank resumes from the same one); restore takes it over Ray's own
+    checkpoint when it is newer (:func:`tlm.model.checkpoint.newer_checkpoint`).
+    """
+
+    def __init__(self, resume_from: str | None = None) -> None:
         import ray.train
 
         ctx = ray.train.get_context()
         self.world_rank, self.world_size = ctx.get_world_rank(), ctx.get_world_size()
+        self.resume_from = resume_from
 
     def has(self, split: str) -> bool:
         import ray.train
@@ -53,12 +59,11 @@ class RayTrainSession:
     def restored(self) -> Iterator[str | None]:
         import ray.train
 
+        from tlm.model.checkpoint import newer_checkpoint
+
         ckpt = ray.train.get_checkpoint()
-        if ckpt is None:
-            yield None
-        else:
-            with ckpt.as_directory() as d:
-                yield d
+        with ckpt.as_directory() if ckpt is not None else contextlib.nullcontext(None) as d:
+            yield newer_checkpoint(d, self.resume_from)
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         import ray.train
