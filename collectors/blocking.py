@@ -317,12 +317,13 @@ def plane_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64) -> dict
 
 
 def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, serial: bool = False,
-                  plan_kind: str = "auto", planes: bool = True) -> dict[int, list[int]]:
+                  plan_kind: str = "auto", planes: bool = True,
+                  inner_reduction: int = INNER_REDUCTION) -> dict[int, list[int]]:
     """Loop index -> tile factors (outer to inner) of the blocked plan (``plan_kind`` one of
     :data:`PLANS`; the module docstring says what each level holds). The nest is MetaSchedule's
     S0 S1 R0 S2 R1 S3: S2 is swept once per step of the outer reduction R0, S1 and S0 once in all.
 
-    * the inner reduction R1 at most :data:`INNER_REDUCTION` (B is not packed: its kc rows, a row
+    * the inner reduction R1 at most ``inner_reduction`` (:data:`INNER_REDUCTION`; B is not packed: its kc rows, a row
       stride apart, often a multiple of 4 KB, share one L1 set; kc 64 ran 1.2-10x slower than
       8-16 on the Zen 3, kc as deep as the rows' distinct L1 sets allow 0.88x kc <= 8);
     * a row that is not a whole number of vectors is one partial vector, in every plan
@@ -351,12 +352,11 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     # step deep (kc = 1): it re-sweeps its block K times; the panel plan ran 2.8x it (Rocket Lake)
     unsplittable = all(largest_divisor(e, INNER_REDUCTION) == 1 for e, r in zip(axes.extents, axes.reduce) if r)
     panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
-    inner_reduction = INNER_REDUCTION
     deep = plan_kind == "auto" and sum(axes.reduce) > 1 and not panel and not serial  # the docstring's last point
     if regs >= 32 and sum(axes.reduce) == 1 and not serial and not panel:  # AVX-512's matmul sweep: taller, deeper kc
         tall = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, max_vectors=2)
         if tall[0] >= SWEEP_ROWS_32:
-            (mr, nr), inner_reduction = tall, 2 * INNER_REDUCTION
+            (mr, nr), inner_reduction = tall, 2 * inner_reduction
     inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
     inner[axes.vector] = nr
     if axes.rows is not None:

@@ -109,8 +109,14 @@ ROOT, INLINE = -1, -2
 #: 1.08x: the Roller-style tiles 1.4-1.7x the rules on MobileNetV2's `conv2d25`/`conv2d29` and BERT's
 #: 512 x 64 x 512 `matmul1`, unroll 512 1.25x on ViT's MLP matmul, unroll 16 1.24x on `conv2d6`); on
 #: the key's 16 fixed training workloads 1.06x -> 1.15x the corpus's best. Forcing the other blocked
-#: plan adds at most 1% beside these.
-VARIANTS: tuple[dict[str, Any], ...] = ({"unroll": 512}, {"unroll": 16}, {"blocked": False})
+#: plan adds at most 1% beside these. The inner reduction capped at 6 (``inner_reduction``; 12 in the
+#: AVX-512 tall sweep), read off MetaSchedule's programs of ViT's 3072-deep dense: on a Rocket Lake
+#: (2026-12-07, ``bench/results/rule_portfolio-rocketlake-2c.json``) the best single variant of the
+#: quality set, ViT's attention ``matmul1`` 1.33x and its 3072-deep dense 1.12x the rules (others
+#: 0.9-1.0x); the four 1.052x -> 1.073x MS@256 there, 0.921x -> 0.924x the corpus's best on the
+#: training sample. Which kc wins depends on the cache-set layout (levers 6e), so it is a second opinion.
+VARIANTS: tuple[dict[str, Any], ...] = ({"unroll": 512}, {"unroll": 16}, {"blocked": False},
+                                        {"inner_reduction": 6})
 
 
 @dataclass
@@ -124,7 +130,8 @@ class RuleSchedule:
 
 
 def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, blocking: str = "auto",
-                  locations: str = "rule", unroll: int = UNROLL_STEP, planes: bool = True) -> RuleSchedule:
+                  locations: str = "rule", unroll: int = UNROLL_STEP, planes: bool = True,
+                  inner_reduction: int = INNER_REDUCTION) -> RuleSchedule:
     """The rule-chosen, postprocessed schedule of ``task`` for a CPU ``hardware``.
 
     ``blocked=False``: the Roller-style tiles alone (the rule baseline before the blocked plan,
@@ -133,11 +140,13 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     "rule" (:func:`compute_location`) or "sketch" (the design space's own draw, as the rules
     left it before; bench/studies/pad_location.py measures one against the other); ``unroll``: the
     ``max_step`` taken where the sketch samples one (bench/studies/unroll.py); ``planes=False``: no
-    block takes ``blocking.plane_plan`` (bench/studies/plane.py measures it against that). Raises ``ValueError`` for a
+    block takes ``blocking.plane_plan`` (bench/studies/plane.py measures it against that);
+    ``inner_reduction``: the blocked plan's cap on the inner reduction (``blocking.INNER_REDUCTION``;
+    bench/studies/rule_portfolio.py measures others). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
     return _programs(task, hardware, [{"blocked": blocked, "blocking": blocking, "locations": locations,
-                                        "unroll": unroll, "planes": planes}])[0]
+                                        "unroll": unroll, "planes": planes, "inner_reduction": inner_reduction}])[0]
 
 
 def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any], ...] = VARIANTS) -> list[RuleSchedule]:
@@ -152,10 +161,12 @@ def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any]
 def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> list[RuleSchedule]:
     """The program of each of ``options`` (:func:`rule_schedule`'s keywords, the defaults where
     absent) on one design space; the first must give one, a later one without is left out."""
-    opts = [{"blocked": True, "blocking": "auto", "locations": "rule", "unroll": UNROLL_STEP, "planes": True, **o}
-            for o in options]
+    opts = [{"blocked": True, "blocking": "auto", "locations": "rule", "unroll": UNROLL_STEP, "planes": True,
+             "inner_reduction": INNER_REDUCTION, **o} for o in options]
     for o in opts:
         _check(hardware, o["blocking"], o["locations"], o["unroll"])
+        if int(o["inner_reduction"]) < 1:
+            raise ValueError(f"inner_reduction must be at least 1, got {o['inner_reduction']}")
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
     built = time.perf_counter() - t0
@@ -163,7 +174,7 @@ def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> 
     for n, o in enumerate(opts):
         try:
             out.append(_rule_schedule(task, hardware, sketches, built, o["blocked"], o["blocking"], o["locations"],
-                                      o["unroll"], o["planes"]))
+                                      o["unroll"], o["planes"], o["inner_reduction"]))
         except ValueError:
             if n == 0:
                 raise
@@ -183,7 +194,8 @@ def _check(hardware: Hardware, blocking: str, locations: str, unroll: int) -> No
 
 
 def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: float, blocked: bool, blocking: str,
-                   locations: str, unroll: int, planes: bool = True) -> RuleSchedule:
+                   locations: str, unroll: int, planes: bool = True,
+                   inner_reduction: int = INNER_REDUCTION) -> RuleSchedule:
     """:func:`rule_schedule` on a design space built already (in ``built_s``): the first sketch,
     in the rules' order, whose rule-chosen program every postprocessor accepts."""
     t0 = time.perf_counter() - built_s
@@ -195,7 +207,7 @@ def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: floa
     serial = task_parallel_target(task, hardware) == 1
     for i in order:
         sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking, locations, unroll,
-                                      planes)
+                                      planes, inner_reduction)
         why = refusing_postproc(sch, task, hardware)
         if why is None:
             return RuleSchedule(sch, i, decisions, time.perf_counter() - t0)
@@ -250,7 +262,8 @@ def rfactor_split(extent: int, max_inner: int) -> list[int]:
 
 def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True,
                  serial: bool = False, blocking: str = "auto", locations: str = "rule",
-                 unroll: int = UNROLL_STEP, planes: bool = True) -> tuple[Any, dict]:
+                 unroll: int = UNROLL_STEP, planes: bool = True,
+                 inner_reduction: int = INNER_REDUCTION) -> tuple[Any, dict]:
     """Replay a sketch with every decision chosen by rule (``serial``: no parallel loop, the task
     is smaller than what starting one saves); the schedule and the decisions."""
     from tvm.s_tir.schedule import Schedule
@@ -262,7 +275,8 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     chosen: dict[int, Any] = {}
     state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial,
              "rfactor": _rfactors(trace)}
-    planned, window = _blocked_plans(task, hardware, trace, plan, serial, blocking, planes) if blocked else ({}, False)
+    planned, window = (_blocked_plans(task, hardware, trace, plan, serial, blocking, planes, inner_reduction)
+                       if blocked else ({}, False))
     counter = [0]  # the provider is called for every instruction, in trace order
 
     def provider(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
@@ -353,7 +367,8 @@ def _loop_axis(loop: Any) -> str:
 
 
 def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False,
-                   blocking: str = "auto", planes: bool = True) -> tuple[dict[int, list[int]], bool]:
+                   blocking: str = "auto", planes: bool = True,
+                   inner_reduction: int = INNER_REDUCTION) -> tuple[dict[int, list[int]], bool]:
     """Instruction index -> tiles of every SamplePerfectTile that tiles a block the blocked plan
     covers (a 4-level spatial, 2-level reduction tiling of a block with a contiguous output), and
     whether a block takes the window plan (``blocking.unvectorized``: unrolled all the way)."""
@@ -374,7 +389,7 @@ def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, seri
         if axes is None or len(samples) != len(axes.extents):
             continue
         plan = blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial, blocking,
-                            planes)
+                            planes, inner_reduction)
         window = window or unvectorized(axes, blocking)
         loops = {p: i for p, i in zip(range(len(axes.extents)), sorted(samples))}
         for p, i in loops.items():

@@ -26,7 +26,10 @@ from bench._common import RESULTS, geomean, machine, refuse_beside_measuring
 #: name -> collectors.rules.rule_schedule options
 CANDIDATES: dict[str, dict] = {"sweep": {"blocking": "sweep"}, "panel": {"blocking": "panel"},
                                "unroll512": {"unroll": 512}, "unroll16": {"unroll": 16},
-                               "roller": {"blocked": False}}
+                               "roller": {"blocked": False},
+                               # the inner reduction's cap (blocking.INNER_REDUCTION 8; 16 in the AVX-512 tall
+                               # sweep): ViT's 3072-deep dense ran 1.17-1.23x at kc 6 (levers 6e)
+                               "kc6": {"inner_reduction": 6}, "kc4": {"inner_reduction": 4}}
 
 
 def portfolio_speeds(rows: list[dict], reference: str, size: int) -> list[tuple[float, tuple[str, ...]]]:

@@ -237,6 +237,27 @@ def test_an_avx512_matmul_sweep_takes_eight_rows_of_two_vectors_and_a_deeper_inn
     assert k[1] <= 8 and i[3] * j[3] // 8 <= 8  # AVX2: half of 16 registers, kc at most 8
 
 
+def test_the_inner_reduction_cap_is_a_knob_of_its_own_and_the_tall_sweep_doubles_it():
+    """``inner_reduction`` (a second opinion, ``VARIANTS``) caps kc where the plan would take
+    ``INNER_REDUCTION`` (the cache blocks sized from kc may follow; on these shapes nothing else
+    moves); ViT's 197-row dense (a one-row kernel) takes it as asked, the AVX-512 tall sweep twice
+    it; below 1 it is refused."""
+    from collectors.rules import VARIANTS
+    from tests.helpers.corpora import fixed_cpu
+    from tests.helpers.workloads import make_task, matmul
+
+    hw = fixed_cpu("rocketlake")
+    for (m, k), kc in (((197, 3072), (8, 6)), ((128, 3072), (16, 12))):
+        task = make_task(matmul(m, k, 768), "dense", "matmul")
+        base, capped = rule_schedule(task, hw).decisions, rule_schedule(task, hw, inner_reduction=6).decisions
+        red = [i for i, d in base.items() if isinstance(d, list) and len(d) == 2]
+        assert [base[i][1] for i in red] == [kc[0]] and [capped[i][1] for i in red] == [kc[1]]
+        assert {i: d for i, d in capped.items() if i not in red} == {i: d for i, d in base.items() if i not in red}
+    assert {"inner_reduction": 6} in VARIANTS
+    with pytest.raises(ValueError, match="inner_reduction must be at least 1, got 0"):
+        rule_schedule(task, hw, inner_reduction=0)
+
+
 def test_a_convolution_that_takes_no_panel_plan_keeps_its_micro_tiles_over_a_deep_reduction():
     """The sweep reloads its accumulators every kc steps and a convolution's kc was 6 (ResNet-50's
     3x3 conv2d10: 2.75 ms; 0.87 ms so, on a Rocket Lake): no S2 block, kc beyond INNER_REDUCTION."""

@@ -172,12 +172,14 @@ def test_a_whole_models_pools_are_sized_by_each_tasks_weight():
 
 
 def test_a_request_names_its_pool(lm, ranker, tasks, cpu_hw):
+    from collectors.rules import VARIANTS
     from tlm.service.api import ScheduleRequest, schedule
 
     model, tok = lm
     req = ScheduleRequest(tvmscript=tasks["matmul"].tvmscript, hardware=cpu_hw.key, pool=3, k=2)
     r = schedule(req, tasks["matmul"], cpu_hw, model, tok, "tiny-random", ranker=ranker)
-    assert 3 <= r.pool <= 3 + 2 * r.sketches  # the samples, each sketch's greedy program, the rules'
+    # the samples, each sketch's greedy program, the rules' program and its second opinions (duplicates once)
+    assert 3 <= r.pool <= 3 + r.sketches + 1 + len(VARIANTS)
     one = schedule(req.model_copy(update={"k": 1}), tasks["matmul"], cpu_hw, model, tok, "tiny-random", ranker=ranker)
     assert one.pool == 1 and one.candidates[0].origin == "rules"  # the rules' program alone: nothing sampled
     with pytest.raises(ValueError):
