@@ -49,7 +49,7 @@ from typing import Any
 from bench._common import geomean, machine, refuse_beside_measuring
 from bench.judging import (CORPUS, OUTSIDE_DESCRIPTION, OUTSIDE_MODEL, OUTSIDE_ZOO, check_unseen,
                            judging_set, outside_zoo_tasks)
-from bench.quality_targets import outside_target, pool_target, targets
+from bench.quality_targets import outside_target, peak_target, pool_target, targets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -223,6 +223,11 @@ def aggregate(rows: list[dict], ref: str, peak: float) -> dict:
     mm = [r for r in rows if r["op_kind"] in ("matmul", "conv2d") and r["flops"]]
     out["pct_of_peak"] = {n: geomean([100 * r["flops"] / lat(r, n) / 1e9 / peak for r in mm if lat(r, n)])
                           for n in names}
+    # per kind too: issue 32's rules target is over the held-out *matmuls*; a set of small
+    # convolutions (MobileNetV2's) pulls the pooled figure far below it
+    out["pct_of_peak_by_kind"] = {kind: {n: geomean([100 * r["flops"] / lat(r, n) / 1e9 / peak for r in mm
+                                                     if r["op_kind"] == kind and lat(r, n)]) for n in names}
+                                  for kind in ("matmul", "conv2d") if any(r["op_kind"] == kind for r in mm)}
     out["deterministic_greedy"] = all(r["deterministic_greedy"] for r in rows)
     if any("deterministic_ranked" in r for r in rows):
         out["deterministic_ranked"] = all(r.get("deterministic_ranked", True) for r in rows)
@@ -334,7 +339,7 @@ def report_md(res: dict) -> str:
                   f"{ranking['records']} records): Spearman {ranking['spearman_mean']:.2f}; its top-1 reaches "
                   f"{ranking['top1_geomean']:.2f} and its best of top-5 {ranking['top5_geomean']:.2f} of the best "
                   f"record's speed (a random pick: {ranking['random_geomean']:.2f}).", ""]
-    tgts = list(agg.get("targets", [])) + [pool_target(res.get("pool_health", {}))] + (
+    tgts = list(agg.get("targets", [])) + [pool_target(res.get("pool_health", {})), peak_target(agg)] + (
         [res["outside_zoo_set"]["target"]] if "outside_zoo_set" in res else [])
     lines += ["| target | method | against | value | target | met | the fastest program of any method |",
               "|---|---|---|---:|---:|---|---:|"]
@@ -348,14 +353,16 @@ def report_md(res: dict) -> str:
     if agg.get("methods"):
         others = next(iter(agg["methods"].values()))["geomean_speed_vs"]
         lines += ["", "| method | tasks | speed vs ref (geomean) | " + " | ".join(f"vs {o}" for o in others)
-                  + " | weighted latency / ref | time per task (geomean s) | % of peak (matmul/conv) |",
-                  "|---|---:|---:|" + "---:|" * len(others) + "---:|---:|---:|"]
+                  + " | weighted latency / ref | time per task (geomean s) | % of peak (matmul/conv) "
+                  "| % of peak, matmuls | % of peak, convolutions |",
+                  "|---|---:|---:|" + "---:|" * len(others) + "---:|---:|---:|---:|---:|"]
         for n, m in agg["methods"].items():
             wl = m["weighted_latency_s"] / m["ref_weighted_latency_s"] if m["ref_weighted_latency_s"] else float("nan")
-            pk = agg["pct_of_peak"].get(n)
+            pk = [agg["pct_of_peak"].get(n)] + [agg.get("pct_of_peak_by_kind", {}).get(k, {}).get(n)
+                                                for k in ("matmul", "conv2d")]
             vs = " | ".join(f"{m['geomean_speed_vs'][o] or float('nan'):.2f}" for o in others)
             lines.append(f"| {n} | {m['tasks']} | {m['geomean_speed_vs_ref'] or float('nan'):.2f} | {vs} | {wl:.2f} | "
-                         f"{m['geomean_time_s']:.2f} | {pk if pk is None else round(pk, 1)} |")
+                         f"{m['geomean_time_s']:.2f} | " + " | ".join("-" if x is None else f"{x:.1f}" for x in pk) + " |")
         for model, w in agg.get("whole_model", {}).items():
             lines += ["", f"Whole {model} over its {w['tasks']} judged tasks (occurrences x latency): " + ", ".join(
                 f"{n} {v * 1e3:.2f} ms" for n, v in sorted(w["latency_s"].items(), key=lambda x: x[1]))]

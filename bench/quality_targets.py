@@ -33,6 +33,19 @@ def pool_target(health: dict) -> dict:
             "met": value is not None and value <= POOL_IN_A_MODE}
 
 
+#: Issue 32: the strong rules reach at least this % of the host's peak (a 2048^3 PyTorch matmul)
+#: on the held-out matmuls.
+RULES_PEAK_PCT = 60.0
+
+
+def peak_target(agg: dict) -> dict:
+    """Issue 32's strong-rules target, from ``bench.quality.aggregate``'s per-kind % of peak (None:
+    no matmul judged, or a run from before the per-kind figure: ``--report`` recomputes it)."""
+    value = agg.get("pct_of_peak_by_kind", {}).get("matmul", {}).get("rules")
+    return {"figure": "strong rules vs peak, held-out matmuls (%)", "method": "rules", "against": "peak",
+            "value": value, "target": f">= {RULES_PEAK_PCT:g}", "met": value is not None and value >= RULES_PEAK_PCT}
+
+
 #: Methods whose answer is not a TVM schedule of the task (no ranker could serve it).
 NOT_SCHEDULES = ("torch_eager",)
 

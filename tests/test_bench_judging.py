@@ -194,6 +194,30 @@ def test_each_speed_target_carries_the_fastest_program_any_method_found():
     assert "| TLM top-1 vs the strong rules | tlm_ranked_top1 | rules | 1.00 | >= 1.2 | no | 1.41 |" in md
 
 
+def test_the_rules_peak_target_reads_the_matmuls_alone():
+    """Issue 32's "strong rules >= 60% of peak" is over the held-out matmuls: small convolutions
+    beside them (MobileNetV2's) pulled the pooled figure under it while the matmuls stood above
+    it. The report shows both kinds apart and judges the target on the matmuls."""
+    from bench.quality import aggregate, report_md
+
+    def row(kind, flops, rules):
+        return {"task": "t", "model": "m", "op_kind": kind, "flops": flops, "weight": 1, "deterministic_greedy": True,
+                "methods": {"rules": {"latency_s": rules, "time_s": 0.01}, "ms_256": {"latency_s": rules, "time_s": 1.0}}}
+
+    # peak 100 GFLOP/s: matmuls at 80% and 70%, convolutions at 20%
+    rows = [row("matmul", 80e9, 1.0), row("matmul", 70e9, 1.0), row("conv2d", 20e9, 1.0), row("conv2d", 20e9, 1.0)]
+    agg = aggregate(rows, "ms_256", peak=100.0)
+    assert agg["pct_of_peak"]["rules"] == pytest.approx((80 * 70 * 20 * 20) ** 0.25)  # under 60, pooled
+    assert agg["pct_of_peak_by_kind"]["matmul"]["rules"] == pytest.approx((80 * 70) ** 0.5)
+    assert agg["pct_of_peak_by_kind"]["conv2d"]["rules"] == pytest.approx(20)
+    md = report_md({"hardware": "k", "model_id": "m", "held_out_models": [], "trials": 256, "aggregate": agg,
+                    "tasks": rows})
+    assert "| strong rules vs peak, held-out matmuls (%) | rules | peak | 74.83 | >= 60 | yes |" in md
+    old = {k: v for k, v in agg.items() if k != "pct_of_peak_by_kind"}  # a run from before the split
+    assert "| strong rules vs peak, held-out matmuls (%) | rules | peak | - | >= 60 | no |" in report_md(
+        {"hardware": "k", "model_id": "m", "held_out_models": [], "trials": 256, "aggregate": old, "tasks": rows})
+
+
 def test_a_method_that_failed_its_measurement_keeps_its_error_in_the_row(monkeypatch, capsys):
     """A judged row names the methods whose programs failed (build, run, wrong answer) with the
     first error, instead of dropping them: a geomean over the rest would hide them."""
