@@ -362,7 +362,8 @@ def report_md(res: dict) -> str:
                                                 for k in ("matmul", "conv2d")]
             vs = " | ".join(f"{m['geomean_speed_vs'][o] or float('nan'):.2f}" for o in others)
             lines.append(f"| {n} | {m['tasks']} | {m['geomean_speed_vs_ref'] or float('nan'):.2f} | {vs} | {wl:.2f} | "
-                         f"{m['geomean_time_s']:.2f} | " + " | ".join("-" if x is None else f"{x:.1f}" for x in pk) + " |")
+                         f"{m['geomean_time_s']:.2f} | "
+                         + " | ".join("-" if x is None else f"{x:.1f}" for x in pk) + " |")
         for model, w in agg.get("whole_model", {}).items():
             lines += ["", f"Whole {model} over its {w['tasks']} judged tasks (occurrences x latency): " + ", ".join(
                 f"{n} {v * 1e3:.2f} ms" for n, v in sorted(w["latency_s"].items(), key=lambda x: x[1]))]

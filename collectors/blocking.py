@@ -323,9 +323,10 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     :data:`PLANS`; the module docstring says what each level holds). The nest is MetaSchedule's
     S0 S1 R0 S2 R1 S3: S2 is swept once per step of the outer reduction R0, S1 and S0 once in all.
 
-    * the inner reduction R1 at most ``inner_reduction`` (:data:`INNER_REDUCTION`; B is not packed: its kc rows, a row
-      stride apart, often a multiple of 4 KB, share one L1 set; kc 64 ran 1.2-10x slower than
-      8-16 on the Zen 3, kc as deep as the rows' distinct L1 sets allow 0.88x kc <= 8);
+    * the inner reduction R1 at most ``inner_reduction`` (:data:`INNER_REDUCTION`; B is not
+      packed: its kc rows, a row stride apart, often a multiple of 4 KB, share one L1 set; kc 64
+      ran 1.2-10x slower than 8-16 on the Zen 3, kc as deep as the rows' distinct L1 sets allow
+      0.88x kc <= 8);
     * a row that is not a whole number of vectors is one partial vector, in every plan
       (:func:`micro_kernel`: 8 x 7 on a 14-wide image, not 4 x 14);
     * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial

@@ -109,14 +109,9 @@ ROOT, INLINE = -1, -2
 #: 1.08x: the Roller-style tiles 1.4-1.7x the rules on MobileNetV2's `conv2d25`/`conv2d29` and BERT's
 #: 512 x 64 x 512 `matmul1`, unroll 512 1.25x on ViT's MLP matmul, unroll 16 1.24x on `conv2d6`); on
 #: the key's 16 fixed training workloads 1.06x -> 1.15x the corpus's best. Forcing the other blocked
-#: plan adds at most 1% beside these. The inner reduction capped at 6 (``inner_reduction``; 12 in the
-#: AVX-512 tall sweep), read off MetaSchedule's programs of ViT's 3072-deep dense: on a Rocket Lake
-#: (2026-12-07, ``bench/results/rule_portfolio-rocketlake-2c.json``) the best single variant of the
-#: quality set, ViT's attention ``matmul1`` 1.33x and its 3072-deep dense 1.12x the rules (others
-#: 0.9-1.0x); the four 1.052x -> 1.073x MS@256 there, 0.921x -> 0.924x the corpus's best on the
-#: training sample. Which kc wins depends on the cache-set layout (levers 6e), so it is a second opinion.
-VARIANTS: tuple[dict[str, Any], ...] = ({"unroll": 512}, {"unroll": 16}, {"blocked": False},
-                                        {"inner_reduction": 6})
+#: plan adds at most 1% beside these. The inner reduction capped at 6: which kc wins depends on the
+#: cache-set layout, so it is a second opinion (Rocket Lake: the four 1.052x -> 1.073x MS@256, levers 6e).
+VARIANTS: tuple[dict[str, Any], ...] = ({"unroll": 512}, {"unroll": 16}, {"blocked": False}, {"inner_reduction": 6})
 
 
 @dataclass
@@ -164,9 +159,7 @@ def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> 
     opts = [{"blocked": True, "blocking": "auto", "locations": "rule", "unroll": UNROLL_STEP, "planes": True,
              "inner_reduction": INNER_REDUCTION, **o} for o in options]
     for o in opts:
-        _check(hardware, o["blocking"], o["locations"], o["unroll"])
-        if int(o["inner_reduction"]) < 1:
-            raise ValueError(f"inner_reduction must be at least 1, got {o['inner_reduction']}")
+        _check(hardware, o["blocking"], o["locations"], o["unroll"], o["inner_reduction"])
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
     built = time.perf_counter() - t0
@@ -181,7 +174,7 @@ def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> 
     return out
 
 
-def _check(hardware: Hardware, blocking: str, locations: str, unroll: int) -> None:
+def _check(hardware: Hardware, blocking: str, locations: str, unroll: int, inner_reduction: int) -> None:
     """:func:`rule_schedule`'s argument checks."""
     if hardware.kind != "cpu":
         raise ValueError(f"the rule scheduler is for CPUs; {hardware.key} is {hardware.kind} (use tvm.s_tir.dlight)")
@@ -191,6 +184,8 @@ def _check(hardware: Hardware, blocking: str, locations: str, unroll: int) -> No
         raise ValueError(f"unknown compute locations {locations!r}; one of {', '.join(LOCATIONS)}")
     if unroll not in UNROLL_STEPS:
         raise ValueError(f"unroll step {unroll} is none a sketch samples; one of {', '.join(map(str, UNROLL_STEPS))}")
+    if int(inner_reduction) < 1:
+        raise ValueError(f"inner_reduction must be at least 1, got {inner_reduction}")
 
 
 def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: float, blocked: bool, blocking: str,

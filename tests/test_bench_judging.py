@@ -202,7 +202,8 @@ def test_the_rules_peak_target_reads_the_matmuls_alone():
 
     def row(kind, flops, rules):
         return {"task": "t", "model": "m", "op_kind": kind, "flops": flops, "weight": 1, "deterministic_greedy": True,
-                "methods": {"rules": {"latency_s": rules, "time_s": 0.01}, "ms_256": {"latency_s": rules, "time_s": 1.0}}}
+                "methods": {"rules": {"latency_s": rules, "time_s": 0.01},
+                            "ms_256": {"latency_s": rules, "time_s": 1.0}}}
 
     # peak 100 GFLOP/s: matmuls at 80% and 70%, convolutions at 20%
     rows = [row("matmul", 80e9, 1.0), row("matmul", 70e9, 1.0), row("conv2d", 20e9, 1.0), row("conv2d", 20e9, 1.0)]
