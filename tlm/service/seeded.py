@@ -126,9 +126,9 @@ def search_more(task: Task, hardware: Hardware, records: list, trials: int, *, r
     ``records`` (measured records of the task, the model's candidates say: the search's database
     holds them and its first population's measured part is drawn from them; it may measure one
     of them again, as its own picks are all it remembers) and searching with ``ranker``'s search
-    model taught those records (None: MetaSchedule's own XGBoost, fresh); the new records. The second phase of a seeded search, and what a
-    compile's budget spends on a task once the model's ranked pool is measured
-    (``tlm.service.whole_model.spend_budget``)."""
+    model taught those records (None: MetaSchedule's own XGBoost, fresh); the new records. The
+    second phase of a seeded search, and what a compile's budget spends on a task once the
+    model's ranked pool is measured (``tlm.service.whole_model.spend_budget``)."""
     from collectors.tuner import TuneConfig, tune_task
 
     seeds = [r for r in records if r.sketch_id >= 0]  # TVM's default lowering is no program of the space
