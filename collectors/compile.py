@@ -51,7 +51,48 @@ def compile_model(mod: Any, hardware: Hardware | None = None, database: Any | No
             return tvm.compile(mod, target=target)
         from tvm.s_tir import meta_schedule as ms
 
+        if has_layout_free_weights(mod):
+            mod, database = prepacked(mod, hardware, database), ms.database.MemoryDatabase()
         return ms.relax_integration.compile_relax(keyed_as_compiled(database), mod, target, params=None)
+
+
+def has_layout_free_weights(mod: Any) -> bool:
+    """Whether a PrimFunc of the Relax module ``mod`` marks weights layout-free
+    (``collectors.tasks.import_relax(..., prepack_weights=True)``)."""
+    import tvm
+
+    from collectors.layout import LAYOUT_FREE_ATTR
+
+    return any(isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and LAYOUT_FREE_ATTR in f.attrs
+               for f in mod.functions.values())
+
+
+def prepacked(mod: Any, hardware: Hardware | None, database: Any) -> Any:
+    """``mod`` (its weights layout-free) with ``database``'s schedules applied and every weight
+    they read in another layout rewritten once, at compile time: the schedules' layout rewrite
+    blocks split out of the kernels (``SplitLayoutRewritePreproc``) and folded on the constant
+    weights (``FoldConstant``), as TVM's ``static_shape_tuning_pipeline(cpu_weight_prepack=True)``
+    does. The kernels then read each weight micro-panel contiguously (BLIS's packed B) instead
+    of rows a whole matrix apart. Returns the scheduled Relax module, ready to build."""
+    import tvm
+    from tvm import relax
+
+    target = hardware.tvm_target() if hardware is not None else tvm.target.Target({"kind": "llvm"})
+    with target, keyed_as_compiled(database), tvm.transform.PassContext(opt_level=3):
+        return tvm.transform.Sequential([*_applying_database(),
+                                         relax.transform.SplitLayoutRewritePreproc(),
+                                         relax.transform.FoldConstant(),
+                                         relax.transform.DeadCodeElimination()])(mod)
+
+
+def _applying_database() -> list:
+    """The passes ``compile_relax`` runs before and with its database lookup (the fusion it
+    repeats, then ``MetaScheduleApplyDatabase``), for whoever must see their result."""
+    from tvm import relax
+
+    return [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
+            relax.transform.FuseOps(), relax.transform.FuseTIR(),
+            relax.transform.MetaScheduleApplyDatabase(enable_warning=False)]
 
 
 def keyed_as_compiled(database: Any) -> Any:
@@ -80,14 +121,10 @@ def scheduled_functions(mod: Any, hardware: Hardware, database: Any) -> set[str]
     """The PrimFuncs of ``mod`` that :func:`compile_model` builds from a record of ``database``
     (the others get TVM's default lowering): the same fusion and lookup ``compile_relax`` runs."""
     import tvm
-    from tvm import relax
 
     target = hardware.tvm_target()
     with target, keyed_as_compiled(database), tvm.transform.PassContext(opt_level=3):
-        fused = tvm.transform.Sequential([
-            relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
-            relax.transform.FuseOps(), relax.transform.FuseTIR(),
-            relax.transform.MetaScheduleApplyDatabase(enable_warning=False)])(mod)
+        fused = tvm.transform.Sequential(_applying_database())(mod)
     return {gv.name_hint for gv, f in fused.functions.items()
             if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and f.attrs.get("tirx.is_scheduled")}
 

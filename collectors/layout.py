@@ -174,6 +174,15 @@ def without_layout_freedom(mod: Any) -> Any:
     return tvm.IRModule({"main": func.without_attr(LAYOUT_FREE_ATTR)})
 
 
+def unpacked_keys(tasks: Any) -> list[str]:
+    """The workload keys of ``tasks`` that mark an input layout-free, each as it is without
+    (:func:`without_layout_freedom`): a prepacked task of ``tlm compile`` under the key that
+    ``tlm collect``, which keeps every weight's layout, measures it by."""
+    from collectors.tir import workload_key
+
+    return sorted({workload_key(m) for t in tasks for m in [without_layout_freedom(t.mod)] if m is not t.mod})
+
+
 def _marks_layout_free(func: Any) -> bool:
     """Whether the PrimFunc marks any input layout-free."""
     return func.attrs is not None and LAYOUT_FREE_ATTR in func.attrs

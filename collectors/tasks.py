@@ -195,7 +195,8 @@ def estimate_flops(mod: Any) -> float:
         return 0.0
 
 
-def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_norm: bool = False) -> Any:
+def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_norm: bool = False,
+                 prepack_weights: bool = False) -> Any:
     """A fused Relax IRModule (weights as constants) from a torch module + args or an ONNX path.
 
     ``fold_batch_norm`` (what a deployer's compile wants; collection keeps the graph as the
@@ -206,7 +207,15 @@ def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_no
     PyTorch's side could not fold (MobileNetV2's ``FoldConstant``: 13 s with its batch norms,
     1.5 s without). Full-size MobileNetV2: 76 tasks -> 52, its 37 batch-norm tasks gone; each had one program in
     MetaSchedule's design space (the four loops fused and split by 64 lanes across 112-wide
-    rows, every load and store scalar) and they were half of the served kernels' time."""
+    rows, every load and store scalar) and they were half of the served kernels' time.
+
+    ``prepack_weights`` (``tlm compile``'s default): every constant a fused function reads (the
+    weights) is marked layout-free (TVM's ``AttachAttrLayoutFreeBuffers``), so a schedule may read
+    it in the layout its tiles walk, rewritten once at compile time
+    (``collectors.compile.prepacked``): BERT-base at sequence 128 from served schedules 117 ->
+    102 ms, PyTorch eager 96 (Rocket Lake, ``bench/results/prepack-rocketlake-2c.md``); its
+    768 x 3072 dense 2.1-3.2 ms -> 1.8 ms, as fast as MKL's.
+    Its tasks are other workloads than the unpacked ones (the attribute is part of the key)."""
     import tvm
     from tvm import relax
 
@@ -236,7 +245,23 @@ def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_no
     if fold_batch_norm:  # what PyTorch's side left; FoldConstant also folds BERT's masks (126 -> 118 ms)
         mod = relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
     mod = relax.get_pipeline("zero")(mod)
+    if prepack_weights:
+        mod = _without_empty_layout_freedom(relax.transform.AttachAttrLayoutFreeBuffers()(mod))
     assert isinstance(mod, tvm.IRModule)
+    return mod
+
+
+def _without_empty_layout_freedom(mod: Any) -> Any:
+    """``mod`` with the empty ``layout_free_buffers`` TVM attaches to a function that reads no
+    weight removed: such a task (a softmax, a layer norm) stays the workload the corpus measured."""
+    import tvm
+
+    from collectors.layout import LAYOUT_FREE_ATTR
+
+    for gv, f in list(mod.functions.items()):
+        if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and LAYOUT_FREE_ATTR in f.attrs \
+                and not len(f.attrs[LAYOUT_FREE_ATTR]):
+            mod.update_func(gv, f.without_attr(LAYOUT_FREE_ATTR))
     return mod
 
 

@@ -1,5 +1,6 @@
-"""Whole models built with the vectorized float32 exp (``collectors.fast_math``) against TVM's own
-(a libm ``expf`` call per vector lane), served schedules and TVM's untuned lowering alike.
+"""Whole models built with the vectorized float32 exp and erf (``collectors.fast_math``) against
+TVM's own (a libm ``expf`` / ``erff`` call per vector lane), served schedules and TVM's untuned
+lowering alike.
 
     .venv/bin/python -m bench.studies.fast_exp [--model efficientnet_b0 --model bert_base]
 
@@ -59,10 +60,10 @@ def main() -> None:
 
 
 def report_md(res: dict) -> str:
-    lines = [f"# Whole models with the vectorized exp on {res['hardware']} ({res['machine'].get('cpu', '')})", "",
+    lines = [f"# Whole models with the vectorized exp and erf on {res['hardware']} ({res['machine'].get('cpu', '')})", "",
              "Latency in ms (medians, timed in turn in one process); every build checked against PyTorch "
              "(max abs error). Written by `python -m bench.studies.fast_exp`.", "",
-             "| model | served, fast exp | served, TVM's exp | untuned, fast exp | untuned, TVM's exp | PyTorch eager | "
+             "| model | served, fast | served, TVM's | untuned, fast | untuned, TVM's | PyTorch eager | "
              "served speedup | max abs error (fast) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m in res["models"]:
         lat = m["latency_s"]

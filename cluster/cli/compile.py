@@ -72,9 +72,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="keep each batch norm a task of its own, the graph as the corpus measured it (default: "
                         "folded into the convolution before it, as torch.compile does; a CNN's folded tasks are new "
                         "workloads to the corpus; --corpus-best keeps them too)")
+    p.add_argument("--keep-weight-layout", action="store_true",
+                   help="read every weight in the model's own layout (default: each schedule reads its weights in "
+                        "the layout its tiles walk, rewritten once at compile time; the tasks are then new "
+                        "workloads to a corpus collected unpacked; --corpus-best keeps the layout too)")
     p.add_argument("--exact-exp", action="store_true",
-                   help="TVM's own exp (a libm call per vector lane) instead of the vectorized one every build gets "
-                        "(collectors/fast_math.py: within 1e-7, EfficientNet-B0 1.9x faster)")
+                   help="TVM's own exp and erf (a libm call per vector lane) instead of the vectorized ones every "
+                        "build gets (collectors/fast_math.py: within 3e-7, EfficientNet-B0 1.9x faster)")
     p.add_argument("--address", default=None, metavar="auto|ray://HOST:10001|local",
                    help="compile on a node of --hardware in this Ray cluster, through a collection actor of that "
                         "key (its measurement slot held: no collector measures beside it); the measurements land "
@@ -183,7 +187,8 @@ def compile_with_tlm(args: argparse.Namespace, *, hardware: Any = None, user_mod
     module, example, name = user_model or _user_model(args)
     # --corpus-best builds with the corpus's records, measured on the graph as collected: kept unfolded
     fold = not (args.keep_batch_norm or args.corpus_best)
-    relax_mod = import_relax(module, example, fold_batch_norm=fold)
+    prepack = not (args.keep_weight_layout or args.corpus_best)
+    relax_mod = import_relax(module, example, fold_batch_norm=fold, prepack_weights=prepack)
     tasks = extract_tasks((module, example), hw, model_name=name, relax_mod=relax_mod)
     times["extract_s"] = time.perf_counter() - t0
     console.print(f"{name}: {len(tasks)} tasks on {hw.key}")
@@ -231,7 +236,7 @@ def compile_with_tlm(args: argparse.Namespace, *, hardware: Any = None, user_mod
         "model": name, "hardware": hw.key, "model_id": model_id, "endpoint": args.endpoint, "top_k": args.top_k,
         "model_fallback": getattr(args, "model_fallback", None),
         "tasks": len(tasks), "scheduled": sum(1 for c in chosen if c.trace is not None),
-        "batch_norm_folded": fold, "fast_exp": not args.exact_exp,
+        "batch_norm_folded": fold, "weights_prepacked": prepack, "fast_exp": not args.exact_exp,
         "budget": args.budget, "time_budget_s": args.time_budget, "measurements": getattr(args, "measurements", 0),
         "from_corpus": sum(1 for c in chosen if c.source == "corpus"),
         "default_lowering": [{"task": c.task.task_name, "why": c.error} for c in chosen if c.trace is None],
@@ -292,6 +297,7 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any,
 
     corpus = None
     if root is not None:
+        from collectors.layout import unpacked_keys
         from storage import Corpus
 
         corpus = Corpus.open(root, index_url=index_url(args))
@@ -309,6 +315,12 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any,
             if known:
                 console.print(f"{len(known)} of {len(tasks)} tasks measured on {hw.key} in the corpus: their "
                               "fastest records are used (--no-corpus: the model writes every one)")
+            # a prepacked task the corpus holds in the layout `tlm collect` measures only
+            unpacked = corpus.best_records(unpacked_keys([t for t in tasks if t.workload_key not in known]), hw.key)
+            if unpacked:
+                console.print(f"[yellow]{len(unpacked)} tasks are measured in the corpus with their weights in the model's "
+                              "own layout only (as `tlm collect` extracts them): the model writes them here, "
+                              "prepacked; --keep-weight-layout builds with those records[/yellow]")
         with TaskProgress(console, len(tasks)) as advance:
             chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance,
                                     known=known)

@@ -110,6 +110,32 @@ def test_compile_a_users_module_with_measured_top_k_appends_to_the_corpus(tiny_d
 
 
 @pytest.mark.slow
+def test_prepacked_weights_are_the_default_and_records_measured_in_the_models_own_layout_are_named(
+        tiny_dir, tmp_path, monkeypatch, capsys):
+    """``tlm compile`` reads each weight in the layout its schedule's tiles walk (other workloads
+    than the ones ``tlm collect`` measures); a corpus holding the model's tasks only in their own
+    layout is said so, and ``--keep-weight-layout`` builds with those records."""
+    (tmp_path / "user_net.py").write_text(USER_MODEL)
+    monkeypatch.chdir(tmp_path)
+    base = ["compile", "--module", "user_net:make", "--tlm-model", tiny_dir, "--corpus", str(tmp_path / "c"),
+            "--no-torch-compile", "--json"]
+    assert main([*base, "--keep-weight-layout", "--top-k", "2"]) == 0
+    kept = _report(capsys)
+    measured = {t["task"] for t in kept["per_task"] if t["latency_s"]}
+    assert kept["correct"] and not kept["weights_prepacked"] and len(measured) >= 2
+    assert main(base) == 0
+    out = capsys.readouterr()
+    packed = json.loads(out.out[out.out.index("{"):])
+    assert packed["correct"] and packed["weights_prepacked"]
+    dense = {t["task"] for t in packed["per_task"] if t["task"].startswith("fused_matmul")}
+    assert dense and all(t["source"] == "model" for t in packed["per_task"] if t["task"] in dense)
+    assert f"{len(dense)} tasks are measured in the corpus with their weights in the model's own layout only" \
+        in " ".join(out.err.split())
+    assert main([*base, "--keep-weight-layout"]) == 0
+    assert _report(capsys)["from_corpus"] == len(measured)
+
+
+@pytest.mark.slow
 def test_an_anytime_budget_measures_where_the_model_gains_most_and_the_next_compile_starts_from_it(
         tiny_dir, tmp_path, monkeypatch, capsys):
     """``--budget 6``: at most 6 measurements in all, a batch at a time, every one stored; the

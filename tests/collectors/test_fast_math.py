@@ -8,14 +8,14 @@ import pytest
 from collectors.fast_math import fast_exp
 
 
-def _exp_kernel(n: int = 4096, lanes: int = 16):
+def _exp_kernel(n: int = 4096, lanes: int = 16, op=None):
     import tvm
     from tvm import te
 
     from collectors.hardware import detect_hardware
 
     a = te.placeholder((n,), name="A")
-    b = te.compute((n,), lambda i: te.exp(a[i]), name="B")
+    b = te.compute((n,), lambda i: (op or te.exp)(a[i]), name="B")
     sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
     _, inner = sch.split(sch.get_loops(sch.get_sblock("B"))[0], [None, lanes])
     sch.vectorize(inner)
@@ -31,8 +31,8 @@ def _run(lib, x: np.ndarray) -> np.ndarray:
     return out.numpy()
 
 
-def _libm_calls(lib) -> int:
-    return lib.mod.inspect_source("asm").count("expf")
+def _libm_calls(lib, name: str = "expf") -> int:
+    return lib.mod.inspect_source("asm").count(name)
 
 
 def test_a_vector_exp_is_arithmetic_inside_the_context_and_exact_to_a_few_ulp():
@@ -54,6 +54,28 @@ def test_outside_the_context_exp_stays_tvms_libm_call():
     x = np.linspace(-20, 20, 4096, dtype="float32")
     np.testing.assert_allclose(_run(plain, x), np.exp(x), rtol=1e-6)
     assert _libm_calls(plain) > 0
+
+
+def test_a_vector_erf_is_arithmetic_inside_the_context_and_exact_to_a_few_ulp():
+    """BERT's exact GELU (``x * (0.5 + 0.5 * erf(x / sqrt 2))``) made one libm ``erff`` call per
+    lane: 600 us a layer for its 128 x 3072 activations (Rocket Lake), 7 ms of the whole model."""
+    import math
+
+    from tvm import te
+
+    x = np.random.default_rng(0).uniform(-6, 6, 4096).astype("float32")
+    x[:5] = [0.0, -np.inf, np.inf, np.nan, 1e-6]
+    with fast_exp():
+        fast = _exp_kernel(op=te.erf)
+    y = _run(fast, x)
+    want = np.array([math.erf(v) if np.isfinite(v) else np.sign(v) for v in x.astype("float64")])
+    finite = np.isfinite(x)
+    assert np.max(np.abs(y[finite] - want[finite])) < 4e-7  # ~5 ulp of float32 near 1
+    assert y[0] == 0.0 and y[1] == -1.0 and y[2] == 1.0 and np.isnan(y[3]) and abs(y[4] - want[4]) < 1e-12
+    assert _libm_calls(fast, "erf") == 0
+    plain = _exp_kernel(op=te.erf)
+    np.testing.assert_allclose(_run(plain, x)[finite], want[finite], atol=2e-7)
+    assert _libm_calls(plain, "erf") > 0  # outside the context: TVM's own lowering
 
 
 @pytest.mark.slow
