@@ -258,6 +258,27 @@ def test_the_inner_reduction_cap_is_a_knob_of_its_own_and_the_tall_sweep_doubles
         rule_schedule(task, hw, inner_reduction=0)
 
 
+def test_a_packed_weight_lifts_the_inner_reduction_cap_to_the_l1_rule():
+    """A layout-free B (a deployer's prepacked weight) is stored in the order the tiles walk, so
+    its kc rows no longer share an L1 set: kc as deep as both micro-panels fit half the L1 (64 on
+    BERT's 768 x 3072 dense against 16 unpacked: 2.01 -> 1.79-1.87 ms, Rocket Lake). A layout-free
+    A alone (not the vector-loaded input) changes nothing."""
+    from collectors.blocking import block_axes
+    from tests.helpers.corpora import fixed_cpu
+    from tests.helpers.workloads import make_task, matmul
+
+    hw = fixed_cpu("rocketlake")
+
+    def kc_of(free: list[int]) -> tuple[bool, int]:
+        mod = matmul(128, 3072, 768)
+        mod = type(mod)({"main": mod["main"].with_attr("layout_free_buffers", free)}) if free else mod
+        decisions = rule_schedule(make_task(mod, "dense", "matmul"), hw).decisions
+        return block_axes(mod, "C").packed, next(d[1] for d in decisions.values() if isinstance(d, list) and len(d) == 2)
+
+    assert kc_of([]) == (False, 16) and kc_of([0]) == (False, 16)
+    assert kc_of([1]) == (True, 64)
+
+
 def test_a_convolution_that_takes_no_panel_plan_keeps_its_micro_tiles_over_a_deep_reduction():
     """The sweep reloads its accumulators every kc steps and a convolution's kc was 6 (ResNet-50's
     3x3 conv2d10: 2.75 ms; 0.87 ms so, on a Rocket Lake): no S2 block, kc beyond INNER_REDUCTION."""
