@@ -61,10 +61,9 @@ def has_layout_free_weights(mod: Any) -> bool:
     (``collectors.tasks.import_relax(..., prepack_weights=True)``)."""
     import tvm
 
-    from collectors.layout import LAYOUT_FREE_ATTR
+    from collectors.layout import marks_layout_free
 
-    return any(isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and LAYOUT_FREE_ATTR in f.attrs
-               for f in mod.functions.values())
+    return any(isinstance(f, tvm.tirx.PrimFunc) and marks_layout_free(f) for f in mod.functions.values())
 
 
 def prepacked(mod: Any, hardware: Hardware | None, database: Any) -> Any:

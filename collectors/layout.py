@@ -115,7 +115,7 @@ def layout_rewrites(mod: Any) -> list[LayoutRewrite]:
     from tvm.s_tir import Schedule
 
     func = mod["main"] if hasattr(mod, "functions_items") else mod
-    if not _marks_layout_free(func):  # the common case, on every build and answer: no schedule to walk
+    if not marks_layout_free(func):  # the common case, on every build and answer: no schedule to walk
         return []
     params = list(func.params)
     sch = Schedule(tvm.IRModule({"main": func}))
@@ -169,7 +169,7 @@ def without_layout_freedom(mod: Any) -> Any:
     import tvm
 
     func = mod["main"]
-    if not _marks_layout_free(func):
+    if not marks_layout_free(func):
         return mod
     return tvm.IRModule({"main": func.without_attr(LAYOUT_FREE_ATTR)})
 
@@ -183,6 +183,6 @@ def unpacked_keys(tasks: Any) -> list[str]:
     return sorted({workload_key(m) for t in tasks for m in [without_layout_freedom(t.mod)] if m is not t.mod})
 
 
-def _marks_layout_free(func: Any) -> bool:
+def marks_layout_free(func: Any) -> bool:
     """Whether the PrimFunc marks any input layout-free."""
     return func.attrs is not None and LAYOUT_FREE_ATTR in func.attrs

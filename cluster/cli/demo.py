@@ -179,8 +179,7 @@ def _demo(args: argparse.Namespace, b: dict) -> int:
     _print_table(report["tasks"], b["k"])
     _step(6, f"compile {args.held_out} with the server's schedules")
     # ranking every task of the whole model costs ~2 s a task (issue 33): --long only
-    report["whole_model"] = _compile(url, hw, args.held_out, zoo, held,
-                                     ranked=bool(report["ranked_by"]) and args.long)
+    report["whole_model"] = _compile(url, hw, args.held_out, zoo, ranked=bool(report["ranked_by"]) and args.long)
     with Corpus.open(str(corpus_dir)) as corpus:
         vr = corpus.verify()
     report["corpus_verifies"] = vr.ok
@@ -368,17 +367,19 @@ def _verdict(report: dict, k: int, model: str) -> str:
                if whole else "not timed"))
 
 
-def _compile(url: str, hw: Any, model: str, zoo: dict, tasks: list, *, ranked: bool) -> dict:
+def _compile(url: str, hw: Any, model: str, zoo: dict, *, ranked: bool) -> dict:
     """Build the whole model with the server's top-1 schedules and time it beside the untuned
     build and PyTorch eager; with ``ranked``, also with the greedy programs (``rank: false``),
-    side by side: which answer makes the faster model is measured, not assumed."""
+    side by side: which answer makes the faster model is measured, not assumed. Its weights are
+    prepacked, as ``tlm compile`` does (its tasks then are other workloads than the judged ones)."""
     from collectors.compile import check_against_torch, compile_model, time_side_by_side, time_torch
-    from collectors.tasks import import_relax
+    from collectors.tasks import extract_tasks, import_relax
     from collectors.zoo import build_model
     from tlm.service.whole_model import database_of, endpoint_source, schedule_tasks, weighted_pools
 
     module, example = build_model(model, **zoo)
-    relax_mod = import_relax(module, example)
+    relax_mod = import_relax(module, example, prepack_weights=True)
+    tasks = extract_tasks((module, example), hw, model_name=model, relax_mod=relax_mod)
     from rich.progress import Progress
 
     out: dict[str, Any] = {"tasks": len(tasks), "ranked": ranked, "correct": True, "latency": {}}
