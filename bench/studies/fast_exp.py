@@ -25,36 +25,23 @@ def main() -> None:
     args = ap.parse_args()
     refuse_beside_measuring("time whole models")
 
-    from rich.console import Console
-
-    import cluster.cli.compile as cli
-    from cluster.cli import build_parser
-    from collectors.compile import check_against_torch, compile_model, time_side_by_side, time_torch
+    from bench.studies.served_builds import served, timed
+    from collectors.compile import compile_model
     from collectors.hardware import detect_hardware
-    from collectors.tasks import extract_tasks, import_relax
     from tlm.service.whole_model import database_of
 
     host = detect_hardware("cpu")
     out = args.out or os.path.join(RESULTS, f"fast_exp-{host.key.removeprefix('cpu-')}.json")
     models, t0 = [], time.time()
     for name in args.model or ["efficientnet_b0"]:
-        cargs = build_parser().parse_args(["compile", "--model", name, "--no-torch-compile"])
-        root = cli._corpus(cargs)
-        hw = cli._hardware(cargs, root)
-        module, example, _ = cli._user_model(cargs)
-        relax_mod = import_relax(module, example, fold_batch_norm=True)
-        tasks = extract_tasks((module, example), hw, model_name=name, relax_mod=relax_mod)
-        chosen, model_id, _ = cli._schedule(cargs, hw, tasks, Console(stderr=True), root)
-        db = database_of(chosen, hw)
-        builds = {f"{what}_{exp}": compile_model(relax_mod, hw, db if what == "served" else None, fast_exp=exp == "fast")
+        m = served(name)
+        db = database_of(m.chosen, m.hardware)
+        builds = {f"{what}_{exp}": compile_model(m.relax_mod, m.hardware, db if what == "served" else None,
+                                                 fast_exp=exp == "fast")
                   for what in ("served", "untuned") for exp in ("fast", "exact")}
-        checks = {n: check_against_torch(b, module, example, hw) for n, b in builds.items()}
-        lat = time_side_by_side(builds, example, hw)[0]
-        lat["torch_eager"] = time_torch(module, example, threads=hw.cores)
-        models.append({"model": name, "tlm_model": model_id, "tasks": len(tasks), "latency_s": lat,
-                       "max_abs_err": {n: c[0] for n, c in checks.items()},
-                       "correct": {n: c[1] for n, c in checks.items()}})
-        print(name, {n: f"{v * 1e3:.2f} ms" for n, v in lat.items()}, flush=True)
+        res = timed(builds, m)
+        models.append({"model": name, "tlm_model": m.model_id, "tasks": len(m.chosen), **res})
+        print(name, {n: f"{v * 1e3:.2f} ms" for n, v in res["latency_s"].items()}, flush=True)
     write_noted({"machine": machine(host), "hardware": host.key, "wall_s": round(time.time() - t0), "models": models},
                 out, report_md, None)
 

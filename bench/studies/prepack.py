@@ -32,14 +32,10 @@ def main() -> None:
     args = ap.parse_args()
     refuse_beside_measuring("time whole models")
 
-    from rich.console import Console
-
-    import cluster.cli.compile as cli
-    from cluster.cli import build_parser
-    from collectors.compile import check_against_torch, compile_model, time_side_by_side, time_torch
+    from bench.studies.served_builds import served, timed
+    from collectors.compile import compile_model
     from collectors.hardware import detect_hardware
     from collectors.layout import layout_rewrites
-    from collectors.tasks import extract_tasks, import_relax
     from collectors.tir import schedule_of
     from tlm.service.whole_model import database_of
 
@@ -47,28 +43,19 @@ def main() -> None:
     out = args.out or os.path.join(RESULTS, f"prepack-{host.key.removeprefix('cpu-')}.json")
     models, t0 = [], time.time()
     for name in args.model or ["bert_base", "mobilenetv2"]:
-        cargs = build_parser().parse_args(["compile", "--model", name, "--no-torch-compile", "--no-corpus"])
-        hw = cli._hardware(cargs, None)
-        module, example, _ = cli._user_model(cargs)
         builds, info = {}, {}
         for layout in ("packed", "plain"):
             t1 = time.perf_counter()
-            relax_mod = import_relax(module, example, fold_batch_norm=True, prepack_weights=layout == "packed")
-            tasks = extract_tasks((module, example), hw, model_name=name, relax_mod=relax_mod)
-            chosen, model_id, _ = cli._schedule(cargs, hw, tasks, Console(stderr=True), None)
-            builds[layout] = compile_model(relax_mod, hw, database_of(chosen, hw))
-            rewritten = sum(bool(layout_rewrites(schedule_of(c.task.mod, c.trace).mod)) for c in chosen
+            m = served(name, prepack_weights=layout == "packed", corpus=False)
+            builds[layout] = compile_model(m.relax_mod, m.hardware, database_of(m.chosen, m.hardware))
+            rewritten = sum(bool(layout_rewrites(schedule_of(c.task.mod, c.trace).mod)) for c in m.chosen
                             if c.trace is not None)
-            info[layout] = {"tasks": len(tasks), "scheduled": sum(c.trace is not None for c in chosen),
+            info[layout] = {"tasks": len(m.chosen), "scheduled": sum(c.trace is not None for c in m.chosen),
                             "weights_rewritten": rewritten, "compile_s": round(time.perf_counter() - t1, 1),
-                            "tlm_model": model_id}
-        checks = {n: check_against_torch(b, module, example, hw) for n, b in builds.items()}
-        lat = time_side_by_side(builds, example, hw)[0]
-        lat["torch_eager"] = time_torch(module, example, threads=hw.cores)
-        models.append({"model": name, "builds": info, "latency_s": lat,
-                       "max_abs_err": {n: c[0] for n, c in checks.items()},
-                       "correct": {n: c[1] for n, c in checks.items()}})
-        print(name, {n: f"{v * 1e3:.2f} ms" for n, v in lat.items()}, info, flush=True)
+                            "tlm_model": m.model_id}
+        res = timed(builds, m)
+        models.append({"model": name, "builds": info, **res})
+        print(name, {n: f"{v * 1e3:.2f} ms" for n, v in res["latency_s"].items()}, info, flush=True)
     write_noted({"machine": machine(host), "hardware": host.key, "wall_s": round(time.time() - t0), "models": models},
                 out, report_md, None)
 
