@@ -78,6 +78,21 @@ def test_a_vector_erf_is_arithmetic_inside_the_context_and_exact_to_a_few_ulp():
     assert _libm_calls(plain, "erf") > 0  # outside the context: TVM's own lowering
 
 
+def test_a_small_whole_power_is_multiplications_inside_the_context_any_other_stays_tvms():
+    """GPT-2's tanh GELU cubes its input: ``llvm.pow`` made a libm ``powf`` call per lane (5.7 ms
+    against 0.29 ms for its 128 x 3072 GELU, Rocket Lake). 2.5 is no whole power: TVM's call."""
+    from tvm import te
+
+    x = np.random.default_rng(0).uniform(-5, 5, 4096).astype("float32")
+    with fast_exp():
+        cube = _exp_kernel(op=lambda v: te.power(v, 3.0))
+        other = _exp_kernel(op=lambda v: te.power(te.abs(v), 2.5))
+    np.testing.assert_allclose(_run(cube, x), x.astype("float64") ** 3, rtol=1e-6, atol=1e-6)
+    assert _libm_calls(cube, "pow") == 0
+    np.testing.assert_allclose(_run(other, x), np.abs(x).astype("float64") ** 2.5, rtol=1e-5)
+    assert _libm_calls(other, "pow") > 0
+
+
 @pytest.mark.slow
 def test_a_whole_model_with_a_silu_builds_right_with_and_without_it():
     import torch
