@@ -89,7 +89,7 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     loop nest over its iterators, or no contiguous output axis)."""
     from tvm.tirx.analysis import undefined_vars
 
-    from collectors.layout import LAYOUT_FREE_ATTR
+    from collectors.layout import layout_free_params
     from collectors.tir import as_module, block_realizes, contiguous_axis, is_reduction
 
     func = next(iter(as_module(mod).functions.values()))
@@ -109,8 +109,7 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     extents = tuple(int(iv.dom.extent) for iv in ivs)
     rows = [i for i, iv in enumerate(ivs) if not reduce[i] and i != vec and iv.var not in used and extents[i] > 1]
     reread = rereads(found.block)
-    free = [func.params[int(i)]  # TVM 0.27: a PrimFunc's parameters are its buffers
-            for i in (func.attrs[LAYOUT_FREE_ATTR] if func.attrs is not None and LAYOUT_FREE_ATTR in func.attrs else [])]
+    free = [func.params[i] for i in layout_free_params(func) or []]  # TVM 0.27: the parameters are the buffers
     packed = bool(loaded) and all(any(r.source.same_as(b) for b in free) for r in loaded)
     return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None, reread,
                      strided and len(found.block.reads) >= 2, _contiguous_plane(found.block, vec, loaded), packed)

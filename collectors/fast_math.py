@@ -29,7 +29,9 @@ from typing import Any, Iterator
 
 _ON: contextvars.ContextVar[bool] = contextvars.ContextVar("tlm_fast_exp", default=False)
 _INSTALLED = False
-_TVM_POW: Any = None  # TVM's own lowering of pow on LLVM, kept when ours is registered
+#: TVM's own lowering of each op ours replaces on LLVM, taken before ours is registered: what a call
+#: outside :func:`fast_exp` (or of another dtype, or another power) still gets
+_TVM: dict[str, Any] = {}
 
 #: Cephes ``expf``: ln 2 split for an exact range reduction, and the polynomial of exp(r) - 1 - r
 _LOG2E = 1.44269504088896341
@@ -41,7 +43,8 @@ _HI = 88.3762626647949
 
 @contextlib.contextmanager
 def fast_exp() -> Iterator[None]:
-    """Builds inside lower float32 ``exp`` and ``erf`` (scalar and vector) on LLVM targets to vector arithmetic."""
+    """Builds inside lower float32 ``exp`` and ``erf`` (scalar and vector), and ``pow`` to a small whole
+    power, on LLVM targets to vector arithmetic."""
     _install()
     token = _ON.set(True)
     try:
@@ -54,15 +57,13 @@ def _install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
+    import tvm
     from tvm.tirx import register_intrin_lowering
 
-    import tvm
-
-    global _TVM_POW
-    _TVM_POW = tvm.ir.Op.get("tirx.pow").get_attr("llvm.FLowerIntrinsic")  # TVM's, for every other pow
-    register_intrin_lowering("tirx.exp", target="llvm", f=_lower_exp, level=99)
-    register_intrin_lowering("tirx.erf", target="llvm", f=_lower_erf, level=99)
-    register_intrin_lowering("tirx.pow", target="llvm", f=_lower_pow, level=99)
+    for name, ours in (("tirx.exp", _lower_exp), ("tirx.erf", _lower_erf), ("tirx.pow", _lower_pow)):
+        op = tvm.ir.Op.get(name)
+        _TVM[name] = op.get_attr("llvm.FLowerIntrinsic") or op.get_attr("default.FLowerIntrinsic")
+        register_intrin_lowering(name, target="llvm", f=ours, level=99)
     _INSTALLED = True
 
 
@@ -73,7 +74,7 @@ def _lower_exp(op: Any) -> Any:
 
     dtype = str(op.ty.dtype)
     if not _ON.get() or not dtype.startswith("float32"):
-        return tirx.call_llvm_pure_intrin(op.ty.dtype, "llvm.exp", *op.args)
+        return _TVM["tirx.exp"](op)
     lanes = dtype[len("float32"):]
     const = lambda v: tirx.const(v, dtype)  # noqa: E731
     x = op.args[0]
@@ -104,12 +105,11 @@ def _lower_erf(op: Any) -> Any:
     lanes, inside :func:`fast_exp`): BERT's exact GELU made one libm ``erff`` call per lane, 600 us
     a layer on its 128 x 3072 activations (Rocket Lake). Within 3e-7 of the exact value; NaN
     stays NaN. Otherwise TVM's own lowering (that libm call)."""
-    import tvm
     from tvm import tirx
 
     dtype = str(op.ty.dtype)
     if not _ON.get() or not dtype.startswith("float32"):
-        return tvm.ir.Op.get("tirx.erf").get_attr("default.FLowerIntrinsic")(op)
+        return _TVM["tirx.erf"](op)
     const = lambda v: tirx.const(v, dtype)  # noqa: E731
     x = tirx.max(tirx.min(op.args[0], const(4.0)), const(-4.0))
     x2 = x * x
@@ -133,7 +133,7 @@ def _lower_pow(op: Any) -> Any:
     value = exponent.value if isinstance(exponent, (tirx.FloatImm, tirx.IntImm)) else None
     if not _ON.get() or value is None or float(value) not in (2.0, 3.0, 4.0) or \
             not str(op.ty.dtype).startswith(("float32", "float64")):
-        return _TVM_POW(op)
+        return _TVM["tirx.pow"](op)
     out = base
     for _ in range(int(value) - 1):
         out = out * base

@@ -185,4 +185,12 @@ def unpacked_keys(tasks: Any) -> list[str]:
 
 def marks_layout_free(func: Any) -> bool:
     """Whether the PrimFunc marks any input layout-free."""
-    return func.attrs is not None and LAYOUT_FREE_ATTR in func.attrs
+    return layout_free_params(func) is not None
+
+
+def layout_free_params(func: Any) -> list[int] | None:
+    """The positions of the PrimFunc's layout-free parameters; None when it carries no
+    ``layout_free_buffers`` at all ([] is what TVM attaches to a function that reads no weight)."""
+    if func.attrs is None or LAYOUT_FREE_ATTR not in func.attrs:
+        return None
+    return [int(i) for i in func.attrs[LAYOUT_FREE_ATTR]]

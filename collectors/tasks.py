@@ -256,11 +256,10 @@ def _without_empty_layout_freedom(mod: Any) -> Any:
     weight removed: such a task (a softmax, a layer norm) stays the workload the corpus measured."""
     import tvm
 
-    from collectors.layout import LAYOUT_FREE_ATTR
+    from collectors.layout import LAYOUT_FREE_ATTR, layout_free_params
 
     for gv, f in list(mod.functions.items()):
-        if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and LAYOUT_FREE_ATTR in f.attrs \
-                and not len(f.attrs[LAYOUT_FREE_ATTR]):
+        if isinstance(f, tvm.tirx.PrimFunc) and layout_free_params(f) == []:
             mod.update_func(gv, f.without_attr(LAYOUT_FREE_ATTR))
     return mod
 
