@@ -123,17 +123,51 @@ def _read_pins(path: str) -> dict[str, list[str]]:
         return json.load(f)
 
 
-def vit_tasks(hw: Any) -> list:
-    """Every task of one ViT-B/16 encoder layer (HF ``ViTModel``, random weights, 224x224)."""
+def vit_tasks(hw: Any, graph: Any = None) -> list:
+    """Every task of one ViT-B/16 encoder layer (HF ``ViTModel``, random weights, 224x224), cut
+    from ``graph`` (``collectors.tasks.Graph``; default the exported graph)."""
     import torch
     from transformers import ViTConfig, ViTModel
 
-    from collectors.tasks import extract_tasks
+    from collectors.tasks import EXPORTED, extract_tasks
 
     torch.manual_seed(0)
     model = ViTModel(ViTConfig(num_hidden_layers=1), add_pooling_layer=False).eval()
     args = (torch.randn(1, 3, 224, 224),)
-    return extract_tasks((model, args), hw, model_name=OUTSIDE_MODEL)
+    return extract_tasks((model, args), hw, model_name=OUTSIDE_MODEL, graph=graph or EXPORTED)
+
+
+#: sequence length of the transformers a deployer compiles (``tlm compile``'s default)
+COMPILE_SEQ_LEN = 128
+
+
+def compiled_judging_set(hw: Any, *, max_tasks: int | None = None, outside: bool = True) -> list:
+    """The judging set as a deployer's compile meets it, heaviest first: every distinct task of the
+    held-out zoo models cut from the graph ``tlm compile`` builds (``collectors.tasks.COMPILED``:
+    batch norms folded, weights prepacked; transformers at sequence :data:`COMPILE_SEQ_LEN`), and
+    with ``outside`` the ViT layer's the same way. No such workload is in a training split: a
+    prepacked task is another workload than any the corpus collects by default. ``weight`` and
+    ``weights`` as in :func:`judging_set`."""
+    from collectors.tasks import COMPILED, extract_tasks, heaviest_first
+    from collectors.zoo import HELD_OUT_MODELS, build_model
+
+    by_key: dict[str, Any] = {}
+    found = []
+    for name in HELD_OUT_MODELS:
+        module, args = build_model(name, seq_len=COMPILE_SEQ_LEN)  # a CNN has no sequence
+        found += extract_tasks((module, args), hw, model_name=name, graph=COMPILED)
+    if outside:
+        found += vit_tasks(hw, COMPILED)
+    for t in found:  # a workload of two models (the ViT's and BERT's softmax) once, its occurrences per model
+        have = by_key.setdefault(t.workload_key, t)
+        have.weights = getattr(have, "weights", {})
+        have.weights[t.model] = have.weights.get(t.model, 0) + t.weight
+    out = list(by_key.values())
+    for t in out:
+        t.model = max(t.weights, key=t.weights.get)
+        t.weight = sum(t.weights.values())
+    out.sort(key=heaviest_first)
+    return out[:max_tasks] if max_tasks else out
 
 
 #: Models outside the zoo whose subgraphs form the "never worse than the simple answers" set:

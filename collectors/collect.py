@@ -18,11 +18,11 @@ import datetime as _dt
 import logging
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Collection, Sequence
 
 from collectors.hardware import Hardware, check_runs_here
-from collectors.tasks import Task, extract_tasks, register_tasks, require_workloads_found, select_tasks
+from collectors.tasks import EXPORTED, Graph, Task, extract_tasks, register_tasks, require_workloads_found, select_tasks
 from collectors.tuner import TuneConfig, TuneSummary, tune_task
 from collectors.progress import CollectionProgress
 from storage import Record
@@ -177,14 +177,16 @@ def collect_unit(corpus: Any, task: Task, hardware: Hardware, config: TuneConfig
 
 def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any = None,
             tasks: Sequence[Task] | None = None, max_tasks: int | None = None, max_mflop: float | None = None,
-            workloads: Collection[str] | None = None, zoo_kwargs: dict | None = None, show_progress: bool = True,
+            workloads: Collection[str] | None = None, zoo_kwargs: dict | None = None, graph: Graph = EXPORTED,
+            show_progress: bool = True,
             on_task_done: Callable[[UnitOutcome], None] | None = None,
             tune: Callable[..., TuneSummary] = tune_task) -> CollectionSummary:
     """Collect the tasks of ``model`` (or the given ``tasks``) on ``hardware`` into ``corpus``,
     in this process (no Ray), one :func:`collect_unit` after another.
 
     ``max_tasks`` keeps the heaviest N tasks, ``max_mflop`` those of at most M million FLOPs,
-    ``workloads`` those of these workload keys (``collectors.tasks.select_tasks``).
+    ``workloads`` those of these workload keys (``collectors.tasks.select_tasks``); ``graph``: the
+    model's graph the tasks are cut from (``collectors.tasks.COMPILED``: the workloads a compile reads).
     ``on_task_done`` is called after each unit.
     KeyboardInterrupt stops the loop after marking the run "interrupted" and is re-raised.
     Raises ``UnknownWorkloads`` before any work when ``workloads`` names none of the tasks.
@@ -196,13 +198,14 @@ def collect(corpus: Any, hardware: Hardware, config: TuneConfig, *, model: Any =
     check_runs_here(hardware)
     t0 = time.perf_counter()
     if tasks is None:
-        tasks = extract_tasks(model, hardware, **(zoo_kwargs or {}))
+        tasks = extract_tasks(model, hardware, graph=graph, **(zoo_kwargs or {}))
     tasks = select_tasks(list(tasks), max_tasks=max_tasks, max_mflop=max_mflop, workloads=workloads)
     require_workloads_found(tasks, workloads, model if isinstance(model, str) else "the given tasks")
     corpus.register_hardware(hardware.key, target=hardware.target, description=hardware.description)
     register_tasks(corpus, tasks)
     params = {"model": model if isinstance(model, str) else None, "tasks": len(tasks),
-              "hardware": hardware.key, "tuner": config.tuner_name, **config.params()}
+              "hardware": hardware.key, "tuner": config.tuner_name, **config.params(),
+              **({} if model is None else asdict(graph))}
     run_id = corpus.start_run("collect", params)
     result = CollectionSummary(run_id, "failed", tuner=config.tuner_name, trials=config.trials,
                                hardware_keys=[hardware.key])

@@ -13,13 +13,32 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 
 from collectors.hardware import Hardware
 from collectors.tir import load_module, workload_key
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """How a model's graph is imported before its tasks are cut (:func:`import_relax`'s options).
+
+    The same model under two graphs gives other workloads: a folded convolution computes its
+    batch norm's shift, a weight marked layout-free is in the key. A corpus serves a compile only
+    the workloads it measured on the graph that compile builds, so collection and compile name it."""
+
+    fold_batch_norm: bool = False
+    prepack_weights: bool = False
+
+
+#: as ``torch.export`` gives it (batch norms on their own, weights in the model's layout): the shipped corpus's
+EXPORTED = Graph()
+#: the graph ``tlm compile`` builds by default: batch norms folded, weights prepacked
+COMPILED = Graph(fold_batch_norm=True, prepack_weights=True)
+GRAPHS = {"exported": EXPORTED, "compiled": COMPILED}  # by the name ``tlm collect --graph`` takes
 
 
 @dataclass
@@ -196,7 +215,7 @@ def estimate_flops(mod: Any) -> float:
 
 
 def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_norm: bool = False,
-                 prepack_weights: bool = False) -> Any:
+                 prepack_weights: bool = False, pad_linears: bool | None = None) -> Any:
     """A fused Relax IRModule (weights as constants) from a torch module + args or an ONNX path.
 
     ``fold_batch_norm`` (what a deployer's compile wants; collection keeps the graph as the
@@ -215,7 +234,9 @@ def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_no
     (``collectors.compile.prepacked``): BERT-base at sequence 128 from served schedules 85.8 ms
     against 107.6 in its own layout and 90.4 for PyTorch eager (Rocket Lake,
     ``bench/results/prepack-rocketlake-2c.md``); its 768 x 3072 dense as fast as MKL's. A task that
-    reads a weight is then another workload than the unpacked one (the attribute is in the key)."""
+    reads a weight is then another workload than the unpacked one (the attribute is in the key).
+    ``pad_linears`` (default: as ``prepack_weights``): a torch module's linear layers computed on
+    ragged axes padded (``collectors.padding``: GPT-2's 50,257-wide LM head at 50,304 columns)."""
     import tvm
     from tvm import relax
 
@@ -234,9 +255,12 @@ def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_no
         from tvm.relax.frontend.torch import from_exported_program
 
         from collectors.fold import export, fold_conv_batch_norm
+        from collectors.padding import pad_ragged_linears
 
         if args is None:
             raise ValueError("a torch module needs example args")
+        if prepack_weights if pad_linears is None else pad_linears:
+            model = pad_ragged_linears(model)
         if fold_batch_norm:
             _, exported, _ = fold_conv_batch_norm(model, args)
         else:
@@ -280,11 +304,12 @@ def resolve_model(model: Any, **zoo_kwargs: Any) -> tuple[str, Any, tuple | None
 
 
 def extract_tasks(model: Any, hardware: Hardware, *, model_name: str | None = None,
-                  relax_mod: Any | None = None, **zoo_kwargs: Any) -> list[Task]:
+                  relax_mod: Any | None = None, graph: Graph = EXPORTED, **zoo_kwargs: Any) -> list[Task]:
     """Tuning tasks of ``model`` for ``hardware``, heaviest (FLOPs × weight) first.
 
     ``zoo_kwargs`` (batch, image_size, seq_len, small, seed) go to ``build_model`` for a zoo
-    name. ``relax_mod`` skips the import when the caller already has the fused module.
+    name. ``graph``: how the model is imported (:data:`EXPORTED`, :data:`COMPILED`).
+    ``relax_mod`` skips the import when the caller already has the fused module.
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -293,7 +318,7 @@ def extract_tasks(model: Any, hardware: Hardware, *, model_name: str | None = No
     target = hardware.tvm_target()
     install_for_target(target)
     if relax_mod is None:
-        name, relax_mod = _zoo_relax(model, zoo_kwargs)
+        name, relax_mod = _zoo_relax(model, zoo_kwargs, graph)
     else:
         name = resolve_model(model, **zoo_kwargs)[0]
     name = model_name or name
@@ -325,19 +350,19 @@ _ZOO_RELAX: OrderedDict[tuple, Any] = OrderedDict()
 _ZOO_RELAX_KEEP = 8
 
 
-def _zoo_relax(model: Any, zoo_kwargs: dict) -> tuple[str, Any]:
+def _zoo_relax(model: Any, zoo_kwargs: dict, graph: Graph) -> tuple[str, Any]:
     """``(name, fused Relax module)`` of any accepted model form, a zoo model's small variant
     from :data:`_ZOO_RELAX` when this process imported it before."""
     from collectors.zoo import MODEL_NAMES
 
     key = None
     if isinstance(model, str) and model in MODEL_NAMES and zoo_kwargs.get("small"):
-        key = (model, tuple(sorted(zoo_kwargs.items())))
+        key = (model, tuple(sorted(zoo_kwargs.items())), graph)
         if key in _ZOO_RELAX:
             _ZOO_RELAX.move_to_end(key)
             return model, _ZOO_RELAX[key]
     name, module, args = resolve_model(model, **zoo_kwargs)
-    mod = import_relax(module, args)
+    mod = import_relax(module, args, **asdict(graph))
     if key is not None:
         _ZOO_RELAX[key] = mod
         while len(_ZOO_RELAX) > _ZOO_RELAX_KEEP:
@@ -403,7 +428,7 @@ def select_tasks(tasks: Sequence[Task], *, max_tasks: int | None = None,
 
 def tasks_for_models(models: Iterable[Any], hardware: Hardware, *, max_tasks: int | None = None,
                      max_mflop: float | None = None, workloads: Collection[str] | None = None,
-                     **zoo_kwargs: Any) -> list[Task]:
+                     graph: Graph = EXPORTED, **zoo_kwargs: Any) -> list[Task]:
     """Tasks of the given models, one per workload key (the weights of repeats are summed).
 
     Extracted once for ``hardware`` (the driver's CPU): the subgraphs come from the
@@ -412,7 +437,7 @@ def tasks_for_models(models: Iterable[Any], hardware: Hardware, *, max_tasks: in
     """
     by_key: dict[str, Task] = {}
     for model in models:
-        found = extract_tasks(model, hardware, **zoo_kwargs)
+        found = extract_tasks(model, hardware, graph=graph, **zoo_kwargs)
         for t in select_tasks(found, max_tasks=max_tasks, max_mflop=max_mflop, workloads=workloads):
             if t.workload_key in by_key:
                 by_key[t.workload_key].weight += t.weight

@@ -234,3 +234,16 @@ def test_a_method_that_failed_its_measurement_keeps_its_error_in_the_row(monkeyp
     assert row["latency_s"] == {"corpus_best": 2e-4}
     assert row["errors"] == {"a:top1": "run: timed out after 10 s"}
     assert "a:top1 failed: run: timed out after 10 s" in capsys.readouterr().out
+
+
+def test_a_whole_model_sum_leaves_out_a_method_some_of_its_tasks_lack():
+    """PyTorch eager has no twin of a convolution: summed over the matmuls alone, the ViT layer's
+    eager figure read 9.6 ms beside 12.5-16.4 ms for methods that also ran its patch convolution."""
+    from bench.quality import whole_model
+
+    def row(name, **lat):
+        return {"task": name, "weights": {"vit": 1}, "methods": {n: {"latency_s": v} for n, v in lat.items()}}
+
+    rows = [row("dense", rules=2.0, ms_64=3.0, torch_eager=1.0), row("patch", rules=1.0, ms_64=1.0)]
+    sums = whole_model(rows, ["rules", "ms_64", "torch_eager"])["vit"]
+    assert sums == {"tasks": 2, "latency_s": {"rules": 3.0, "ms_64": 4.0}}

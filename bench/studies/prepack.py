@@ -43,10 +43,13 @@ def main() -> None:
     out = args.out or os.path.join(RESULTS, f"prepack-{host.key.removeprefix('cpu-')}.json")
     models, t0 = [], time.time()
     for name in args.model or ["bert_base", "mobilenetv2"]:
-        builds, info = {}, {}
-        for layout in ("packed", "plain"):
+        builds, info, keys = {}, {}, {}
+        for layout in ("packed", "plain", "packed_unpadded"):
             t1 = time.perf_counter()
-            m = served(name, prepack_weights=layout == "packed", corpus=False)
+            m = served(name, prepack_weights=layout != "plain", corpus=False, pad_linears=layout == "packed")
+            keys[layout] = sorted(c.task.workload_key for c in m.chosen)
+            if layout == "packed_unpadded" and keys[layout] == keys["packed"]:
+                break  # no linear layer of this model is ragged: padding changes nothing
             builds[layout] = compile_model(m.relax_mod, m.hardware, database_of(m.chosen, m.hardware))
             rewritten = sum(bool(layout_rewrites(schedule_of(c.task.mod, c.trace).mod)) for c in m.chosen
                             if c.trace is not None)
@@ -62,15 +65,18 @@ def main() -> None:
 
 def report_md(res: dict) -> str:
     lines = [f"# Whole models with prepacked weights on {res['hardware']} ({res['machine'].get('cpu', '')})", "",
-             "Latency in ms (medians, the two builds timed in turn in one process); served schedules (the shipped "
-             "model's ranked top-1, unmeasured, the corpus not asked); every build checked against PyTorch. Written "
-             "by `python -m bench.studies.prepack`.", "",
-             "| model | tasks | tasks reading a weight packed | prepacked | own layout | PyTorch eager | prepacked speedup "
-             "| vs PyTorch eager | compile s (prepacked / own) | correct |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "Latency in ms (medians, the builds timed in turn in one process); served schedules (the shipped "
+             "model's ranked top-1, unmeasured, the corpus not asked); every build checked against PyTorch. "
+             "Prepacked: the linear layers' ragged axes padded too (`collectors.padding`); unpadded: the same "
+             "without, built only where padding changes a task. Written by `python -m bench.studies.prepack`.", "",
+             "| model | tasks | tasks reading a weight packed | prepacked | unpadded | own layout | PyTorch eager "
+             "| prepacked speedup | vs PyTorch eager | compile s (prepacked / own) | correct |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for m in res["models"]:
         lat, b = m["latency_s"], m["builds"]
+        unpadded = f"{lat['packed_unpadded'] * 1e3:.2f}" if "packed_unpadded" in lat else "-"
         lines.append(f"| {m['model']} | {b['packed']['tasks']} | {b['packed']['weights_rewritten']} | "
-                     f"{lat['packed'] * 1e3:.2f} | {lat['plain'] * 1e3:.2f} | {lat['torch_eager'] * 1e3:.2f} | "
+                     f"{lat['packed'] * 1e3:.2f} | {unpadded} | {lat['plain'] * 1e3:.2f} | {lat['torch_eager'] * 1e3:.2f} | "
                      f"{lat['plain'] / lat['packed']:.2f}x | {lat['torch_eager'] / lat['packed']:.2f}x | "
                      f"{b['packed']['compile_s']} / {b['plain']['compile_s']} | "
                      f"{'yes' if all(m['correct'].values()) else 'NO'} |")

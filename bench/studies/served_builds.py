@@ -18,9 +18,10 @@ class Served:
     model_id: str
 
 
-def served(name: str, *, prepack_weights: bool = False, corpus: bool = True) -> Served:
+def served(name: str, *, prepack_weights: bool = False, corpus: bool = True, pad_linears: bool | None = None) -> Served:
     """``name``'s tasks scheduled as ``tlm compile --model NAME`` schedules them (its corpus asked
-    first unless ``corpus`` is False), its weights prepacked or not."""
+    first unless ``corpus`` is False), its weights prepacked or not (``pad_linears``: its linear
+    layers' ragged axes padded, by default as prepacked: ``collectors.padding``)."""
     from rich.console import Console
 
     import cluster.cli.compile as cli
@@ -32,7 +33,8 @@ def served(name: str, *, prepack_weights: bool = False, corpus: bool = True) -> 
     root = cli._corpus(cargs) if corpus else None
     hw = cli._hardware(cargs, root)
     module, example, _ = cli._user_model(cargs)
-    relax_mod = import_relax(module, example, fold_batch_norm=True, prepack_weights=prepack_weights)
+    relax_mod = import_relax(module, example, fold_batch_norm=True, prepack_weights=prepack_weights,
+                             pad_linears=pad_linears)
     tasks = extract_tasks((module, example), hw, model_name=name, relax_mod=relax_mod)
     chosen, model_id, _ = cli._schedule(cargs, hw, tasks, Console(stderr=True), root)
     return Served(hw, module, example, relax_mod, chosen, model_id)

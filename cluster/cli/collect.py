@@ -1,7 +1,8 @@
 """``tlm collect``: tune a model's tasks into a corpus (resumable).
 
     tlm collect --model resnet50 --trials 64 [--strategy evolutionary|replay-trace]
-                [--tasks N] [--workloads KEY,...] [--corpus DIR] [--hardware KEY] [--seed S] [--small]
+                [--tasks N] [--workloads KEY,...] [--graph exported|compiled]
+                [--corpus DIR] [--hardware KEY] [--seed S] [--small]
                 [--address auto|ray://HOST:10001 | --no-ray]
 
 By default the tasks go to Ray collector actors: on the cluster at ``--address``, or on a
@@ -64,6 +65,11 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="transformer sequence length (default 32, 8 small)")
     parser.add_argument("--trials-per-iter", type=int, default=64, help="candidates measured per batch (default 64)")
     parser.add_argument("--no-check", action="store_true", help="skip the per-candidate correctness check")
+    parser.add_argument("--graph", choices=("exported", "compiled"), default="exported",
+                        help="the model's graph the tasks are cut from: exported (default: batch norms tasks of their "
+                             "own, weights in the model's layout; the shipped corpus's workloads) or compiled (what "
+                             "`tlm compile` builds by default: batch norms folded, weights prepacked; the workloads "
+                             "a compile of the model reads from the corpus)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -145,12 +151,12 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
     """
     from cluster.collect_job import run_collection
     from collectors.hardware import detect_hardware
-    from collectors.tasks import UnknownWorkloads, require_workloads_found, tasks_for_models
+    from collectors.tasks import GRAPHS, UnknownWorkloads, require_workloads_found, tasks_for_models
 
     config = config_from_args(args)
     workloads = workloads_from_args(args)
     tasks = tasks_for_models([args.model], detect_hardware("cpu"), max_tasks=args.tasks, max_mflop=args.max_mflop,
-                             workloads=workloads, **zoo_kwargs_from_args(args))
+                             workloads=workloads, graph=GRAPHS[args.graph], **zoo_kwargs_from_args(args))
     with user_errors(UnknownWorkloads):
         require_workloads_found(tasks, workloads, str(args.model))
     summary = run_collection(
@@ -161,7 +167,7 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
         hardware_keys=hardware_keys_from_args(args),
         hardware=hardware,
         config=job_config_from_args(args),
-        params={"model": args.model},
+        params={"model": args.model, "graph": args.graph},
     )
     print(json.dumps(summary.as_dict(), indent=2))
     for o in summary.outcomes:
@@ -265,7 +271,7 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
 
     from collectors.collect import collect
     from collectors.progress import summary_table
-    from collectors.tasks import UnknownWorkloads
+    from collectors.tasks import GRAPHS, UnknownWorkloads
     from collectors.hardware import detect_hardware
     from storage import Corpus
 
@@ -281,7 +287,7 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
         with user_errors(UnknownWorkloads):
             result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks,
                              max_mflop=args.max_mflop, workloads=workloads_from_args(args), zoo_kwargs=zoo_kwargs,
-                             show_progress=not args.no_progress, **({"tune": tune} if tune is not None else {}))
+                             graph=GRAPHS[args.graph], show_progress=not args.no_progress, **({"tune": tune} if tune is not None else {}))
     finally:
         corpus.close()
     Console().print(summary_table(result))

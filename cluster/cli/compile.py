@@ -246,7 +246,7 @@ def compile_with_tlm(args: argparse.Namespace, *, hardware: Any = None, user_mod
         # those before it, faster on the whole model (latency: budget_s beside unmeasured_s)
         "budget_built": None if before is None else budget_why is None, "budget_why": budget_why,
         "per_task": [{"task": c.task.task_name, "source": c.source, "weight": c.task.weight, "flops": c.task.flops,
-                      "candidates": c.candidates, "rank": c.rank,
+                      "workload_key": c.task.workload_key, "candidates": c.candidates, "rank": c.rank,
                       "latency_s": c.latency_s, "default_s": c.default_s, "generate_s": c.generate_s, "measure_s": c.measure_s,
                       "error": c.error} for c in chosen],
     }
@@ -319,8 +319,9 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any,
             unpacked = corpus.best_records(unpacked_keys([t for t in tasks if t.workload_key not in known]), hw.key)
             if unpacked:
                 console.print(f"[yellow]{len(unpacked)} tasks are measured in the corpus with their weights in the model's "
-                              "own layout only (as `tlm collect` extracts them): the model writes them here, "
-                              "prepacked; --keep-weight-layout builds with those records[/yellow]")
+                              "own layout only (`tlm collect`'s default graph): the model writes them here, prepacked; "
+                              "--keep-weight-layout builds with those records, `tlm collect --graph compiled` measures "
+                              "the tasks this compile reads[/yellow]")
         with TaskProgress(console, len(tasks)) as advance:
             chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance,
                                     known=known)

@@ -316,6 +316,29 @@ def test_collect_with_the_tlm_strategy_closes_the_loop_and_resumes(tiny_dir, tmp
 
 
 @pytest.mark.slow
+def test_a_collection_of_the_compiled_graph_is_what_a_compile_of_the_model_reads(tiny_dir, tmp_path, capsys):
+    """``tlm collect --graph compiled`` cuts the tasks from the graph ``tlm compile`` builds (batch
+    norms folded, weights prepacked): a compile of the same model answers each collected task with
+    its fastest record. From the default (exported) graph it answers none of those convolutions:
+    their weights were measured in the model's own layout, other workloads."""
+    from storage import Corpus
+
+    collect = ["collect", "--strategy", "tlm", "--tlm-model", tiny_dir, "--model", "resnet50", "--small",
+               "--tasks", "2", "--trials", "2", "--no-progress"]
+    compile_ = ["compile", "--model", "resnet50", "--small", "--tlm-model", tiny_dir, "--no-torch-compile", "--json"]
+    for graph in ("compiled", "exported"):
+        assert main([*collect, "--graph", graph, "--corpus", str(tmp_path / graph)]) == 0
+        capsys.readouterr()
+        with Corpus.open(str(tmp_path / graph)) as corpus:
+            keys = set(corpus.scan().column("workload_key").to_pylist())
+            assert [r["params"]["prepack_weights"] for r in corpus.runs()] == [graph == "compiled"]
+        assert main([*compile_, "--corpus", str(tmp_path / graph)]) == 0
+        report = _report(capsys)
+        from_corpus = {t["workload_key"] for t in report["per_task"] if t["source"] == "corpus"}
+        assert len(keys) == 2 and from_corpus == (keys if graph == "compiled" else set())
+
+
+@pytest.mark.slow
 def test_collect_with_the_seeded_strategy_needs_a_cost_model_then_searches_from_the_models_candidates(
         tiny_dir, tmp_path, capsys):
     """The seeded search ranks with the cost model the server would (``ranker_for``): the model's

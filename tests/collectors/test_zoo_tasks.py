@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from collectors.compile import compile_and_run
-from collectors.tasks import extract_tasks, import_relax, op_kind_of, register_tasks
+from collectors.tasks import COMPILED, extract_tasks, import_relax, op_kind_of, register_tasks
 from collectors.zoo import MODEL_NAMES, build_model
 
 
@@ -37,7 +37,7 @@ def test_a_small_zoo_model_is_imported_once_per_process_and_its_tasks_made_anew(
 
     imports = []
     real = tasks_mod.import_relax
-    monkeypatch.setattr(tasks_mod, "import_relax", lambda *a: imports.append(1) or real(*a))
+    monkeypatch.setattr(tasks_mod, "import_relax", lambda *a, **k: imports.append(1) or real(*a, **k))
     monkeypatch.setattr(tasks_mod, "_ZOO_RELAX", type(tasks_mod._ZOO_RELAX)())
     first = extract_tasks("gpt2", cpu_hw, small=True, seq_len=4)
     first[0].weight += 100
@@ -47,6 +47,25 @@ def test_a_small_zoo_model_is_imported_once_per_process_and_its_tasks_made_anew(
     assert second[0] is not first[0] and second[0].weight == first[0].weight - 100
     extract_tasks("gpt2", cpu_hw, small=True, seq_len=6)
     assert len(imports) == 2
+    extract_tasks("gpt2", cpu_hw, small=True, seq_len=4, graph=COMPILED)  # another graph: other workloads
+    assert len(imports) == 3
+
+
+def test_the_compiled_graph_folds_the_batch_norms_and_prepacks_the_weights(cpu_hw):
+    """``graph=COMPILED`` cuts the tasks ``tlm compile`` builds by default: no batch norm is a task
+    of its own, every convolution reads its weight layout-free, and each is another workload than
+    the exported graph's; a task that reads no weight (the pooling) keeps its key."""
+    from collectors.layout import marks_layout_free
+
+    exported = extract_tasks("resnet50", cpu_hw, small=True)
+    compiled = extract_tasks("resnet50", cpu_hw, small=True, graph=COMPILED)
+    convs = [t for t in compiled if t.op_kind == "conv2d"]
+    assert convs and all(marks_layout_free(t.mod["main"]) for t in convs)
+    assert not {t.workload_key for t in convs} & {t.workload_key for t in exported}
+    assert any("batch_norm" in t.task_name for t in exported)
+    assert not any("batch_norm" in t.task_name for t in compiled)
+    weightless = {t.workload_key for t in compiled if not marks_layout_free(t.mod["main"])}
+    assert weightless & {t.workload_key for t in exported}
 
 
 def test_zoo_sizes_are_settable():
