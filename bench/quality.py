@@ -481,8 +481,8 @@ def main() -> None:
     t0 = time.time()
     peak = peak_gflops(hw.cores)
     res = {"machine": machine(hw), "hardware": hw.key, "model_id": entry.model_id, "model_fallback": fallback,
-           "held_out_models": list(HELD_OUT_MODELS), "outside_zoo": OUTSIDE_DESCRIPTION,
-           "graph": args.graph, "trials": args.trials, "ks": list(KS), "seeded_trials": args.seeded if ranker is not None else 0,
+           "held_out_models": list(HELD_OUT_MODELS), "outside_zoo": OUTSIDE_DESCRIPTION, "graph": args.graph,
+           "trials": args.trials, "ks": list(KS), "seeded_trials": args.seeded if ranker is not None else 0,
            "cost_model": ranker and {"config": asdict(ranker.config) | {"exclude_workloads": len(
                ranker.config.exclude_workloads)}, "summary": asdict(ranker.summary), "held_out": ranker.held_out}}
     rows: list[dict] = []

@@ -76,7 +76,8 @@ def report_md(res: dict) -> str:
         lat, b = m["latency_s"], m["builds"]
         unpadded = f"{lat['packed_unpadded'] * 1e3:.2f}" if "packed_unpadded" in lat else "-"
         lines.append(f"| {m['model']} | {b['packed']['tasks']} | {b['packed']['weights_rewritten']} | "
-                     f"{lat['packed'] * 1e3:.2f} | {unpadded} | {lat['plain'] * 1e3:.2f} | {lat['torch_eager'] * 1e3:.2f} | "
+                     f"{lat['packed'] * 1e3:.2f} | {unpadded} | {lat['plain'] * 1e3:.2f} | "
+                     f"{lat['torch_eager'] * 1e3:.2f} | "
                      f"{lat['plain'] / lat['packed']:.2f}x | {lat['torch_eager'] / lat['packed']:.2f}x | "
                      f"{b['packed']['compile_s']} / {b['plain']['compile_s']} | "
                      f"{'yes' if all(m['correct'].values()) else 'NO'} |")

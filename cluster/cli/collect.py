@@ -21,6 +21,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import asdict
 from typing import Any, Mapping
 
 from cluster.cli.options import (UsageError, add_corpus_options, at_least_one, comma_list, corpus_root, index_url,
@@ -167,7 +168,7 @@ def run_on_ray(args: argparse.Namespace, *, hardware: Mapping[str, Any] | None =
         hardware_keys=hardware_keys_from_args(args),
         hardware=hardware,
         config=job_config_from_args(args),
-        params={"model": args.model, "graph": args.graph},
+        params={"model": args.model, **asdict(GRAPHS[args.graph])},  # as the in-process loop records it
     )
     print(json.dumps(summary.as_dict(), indent=2))
     for o in summary.outcomes:
@@ -287,7 +288,8 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
         with user_errors(UnknownWorkloads):
             result = collect(corpus, hardware, config, model=args.model, max_tasks=args.tasks,
                              max_mflop=args.max_mflop, workloads=workloads_from_args(args), zoo_kwargs=zoo_kwargs,
-                             graph=GRAPHS[args.graph], show_progress=not args.no_progress, **({"tune": tune} if tune is not None else {}))
+                             graph=GRAPHS[args.graph], show_progress=not args.no_progress,
+                             **({"tune": tune} if tune is not None else {}))
     finally:
         corpus.close()
     Console().print(summary_table(result))

@@ -319,9 +319,9 @@ def _schedule(args: argparse.Namespace, hw: Any, tasks: list, console: Any,
             unpacked = corpus.best_records(unpacked_keys([t for t in tasks if t.workload_key not in known]), hw.key)
             if unpacked:
                 console.print(f"[yellow]{len(unpacked)} tasks are measured in the corpus with their weights in the model's "
-                              "own layout only (`tlm collect`'s default graph): the model writes them here, prepacked; "
-                              "--keep-weight-layout builds with those records, `tlm collect --graph compiled` measures "
-                              "the tasks this compile reads[/yellow]")
+                              "own layout only (`tlm collect`'s default graph): the model writes them here, "
+                              "prepacked; --keep-weight-layout builds with those records, `tlm collect --graph "
+                              "compiled` measures the tasks this compile reads[/yellow]")
         with TaskProgress(console, len(tasks)) as advance:
             chosen = schedule_tasks(tasks, hw, source, top_k=args.top_k, on_records=on_records, progress=advance,
                                     known=known)
