@@ -360,9 +360,13 @@ def test_collect_with_the_seeded_strategy_needs_a_cost_model_then_searches_from_
         t = corpus.scan()
         assert set(t.column("tuner").to_pylist()) == {"tlm-seeded:bare"}
         assert t.num_rows <= 20, "the seeds and the search share one budget"
-        phases = {json.loads(p)["trials"] for p in t.column("tuner_params").to_pylist()}
-        # 16 seeds, 2 searched, 2 re-timing the finalists (not stored: the same programs)
-        assert phases == {16, 2}, "the model's seeds were measured, then the search ran"
+        phases = [json.loads(p)["trials"] for p in t.column("tuner_params").to_pylist()]
+        # 16 seeds, 2 searched, 2 re-timing the finalists (not stored: the same programs). The
+        # search may measure a seed's program again (its database's programs are not its own
+        # picks): the corpus keeps a program once, the unit's count has every measurement.
+        assert phases.count(16) == 16 and set(phases) <= {16, 2}, "the model's seeds were measured"
+        [unit] = corpus.task_statuses()
+        assert (unit["status"], unit["records"]) == ("done", 18), "then the search ran"
 
 
 @pytest.mark.slow

@@ -210,6 +210,22 @@ def test_a_space_is_built_once_per_workload_until_the_cache_is_cleared(tasks, cp
     assert again is not first and len(again.sketches) == len(first.sketches)
 
 
+def test_a_task_of_the_same_workload_under_another_name_is_prompted_with_its_own_name(tasks, cpu_hw):
+    """The workload key ignores names, and the prompt kept on a space said the first task's: after
+    a convolution named "padded" was encoded, the test fixture's own one was prompted "padded" too
+    (CI, one worker running both)."""
+    from dataclasses import replace
+
+    task = tasks["conv2d"]
+    renamed = replace(task, task_name="padded", op_kind="unknown")
+    assert renamed.workload_key == task.workload_key
+    trace = build_space(task, cpu_hw).sketches[0].trace
+    words = encode(renamed, cpu_hw, trace).tokens
+    assert words[words.index("name") - 1:words.index("name") + 2] == ("unknown", "name", "padded")
+    words = encode(task, cpu_hw, trace).tokens
+    assert words[words.index("name") - 1:words.index("name") + 4] == ("conv2d", "name", "fused", "conv2d", "relu")
+
+
 def test_the_znver4_docstring_example_is_what_encode_writes(tasks, znver4_hw):
     import tlm.language.sentences as L
     from tlm.language.space import build_space

@@ -157,9 +157,9 @@ def build_space(task: Task, hardware: Hardware) -> Space:
     seen = _BY_OBJECT.get((id(task), id(task.mod), id(hardware)))
     if seen is not None and seen[0] is task and seen[1] is task.mod and seen[2] is hardware:
         return seen[3]
-    # Block names are part of the key: the workload key (a structural hash) ignores names,
-    # but traces find blocks by name, so two same-key tasks with other names need own spaces.
-    key = (task.workload_key, block_names(task.mod), hardware.key,
+    # Names are part of the key: the workload key (a structural hash) ignores them, but traces
+    # find blocks by name and the prompts kept on a space say the task's name and op kind.
+    key = (task.workload_key, block_names(task.mod), task.task_name, task.op_kind, hardware.key,
            json.dumps(hardware.target, sort_keys=True))
     space = _CACHE.get(key)
     if space is None:
