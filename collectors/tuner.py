@@ -33,9 +33,10 @@ from collectors.host_load import measuring_job
 from collectors.ms_database import commit_records
 from collectors.runner import host_load_of, make_checked_runner
 from collectors.sketches import sketch_id, tune_context
+from collectors.unmeasured_search import trace_key, unmeasured_only
 from collectors.tasks import Task
 from collectors.threads import pin_tvm_threads
-from collectors.tir import as_module, plain_json, trace_json, tvm_version
+from collectors.tir import as_module, plain_json, tvm_version
 from storage import Record, make_record_id
 
 logger = logging.getLogger(__name__)
@@ -179,7 +180,8 @@ def tune_task(task: Task, hardware: Hardware, config: TuneConfig | None = None, 
             rand_state = ms.utils.fork_seed(config.seed, n=1)[0]
             ctx = ms.TuneContext(
                 mod=mod, target=target, space_generator="post-order-apply",
-                search_strategy=config.strategy, task_name=task.task_name, rand_state=rand_state,
+                search_strategy=unmeasured_only(config.strategy, seed_records) if seed_records else config.strategy,
+                task_name=task.task_name, rand_state=rand_state,
                 num_threads=hardware.cores, logger=ms_logger,
             ).clone()
             builder, runner, base = _measurement(task, hardware, config, work_dir, run_id)
@@ -397,9 +399,8 @@ def _make_recorder(emit: Callable[..., None]):
 def _record(base: dict, sketches: list, cand: Any, b: Any, r: Any) -> Record:
     """The Record of one measured candidate: a build error, a run error or wrong answer, or
     its timings (never both)."""
-    trace = cand.sch.trace
-    tj = trace_json(trace)
-    trace_str = json.dumps(tj, separators=(",", ":"))
+    trace_str = trace_key(cand.sch.trace)
+    tj = json.loads(trace_str)
     run_secs: list[float] = []
     error = None
     if b.error_msg:
