@@ -371,14 +371,17 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, *, ranked: bool) -> dict:
     """Build the whole model with the server's top-1 schedules and time it beside the untuned
     build and PyTorch eager; with ``ranked``, also with the greedy programs (``rank: false``),
     side by side: which answer makes the faster model is measured, not assumed. Its weights are
-    prepacked, as ``tlm compile`` does (its tasks then are other workloads than the judged ones)."""
+    prepacked and its batch norms folded: the graph ``tlm compile`` builds (``collectors.tasks.COMPILED``;
+    its tasks then are other workloads than the judged ones)."""
+    from dataclasses import asdict
+
     from collectors.compile import check_against_torch, compile_model, time_side_by_side, time_torch
-    from collectors.tasks import extract_tasks, import_relax
+    from collectors.tasks import COMPILED, extract_tasks, import_relax
     from collectors.zoo import build_model
     from tlm.service.whole_model import database_of, endpoint_source, schedule_tasks, weighted_pools
 
     module, example = build_model(model, **zoo)
-    relax_mod = import_relax(module, example, prepack_weights=True)
+    relax_mod = import_relax(module, example, **asdict(COMPILED))
     tasks = extract_tasks((module, example), hw, model_name=model, relax_mod=relax_mod)
     from rich.progress import Progress
 
