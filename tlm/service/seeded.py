@@ -124,8 +124,8 @@ def search_more(task: Task, hardware: Hardware, records: list, trials: int, *, r
                 on_records: Callable[[list], None] | None = None) -> list:
     """``trials`` more measurements of ``task`` by MetaSchedule's evolutionary search, started from
     ``records`` (measured records of the task, the model's candidates say: the search's database
-    holds them and its first population's measured part is drawn from them; it may measure one
-    of them again, as its own picks are all it remembers) and searching with ``ranker``'s search
+    holds them and its first population's measured part is drawn from them; it never measures
+    one of them again: ``collectors.unmeasured_search``) and searching with ``ranker``'s search
     model taught those records (None: MetaSchedule's own XGBoost, fresh); the new records. The
     second phase of a seeded search, and what a compile's budget spends on a task once the
     model's ranked pool is measured (``tlm.service.whole_model.spend_budget``)."""
