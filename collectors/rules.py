@@ -194,7 +194,7 @@ def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: floa
     """:func:`rule_schedule` on a design space built already (in ``built_s``): the first sketch,
     in the rules' order, whose rule-chosen program every postprocessor accepts."""
     t0 = time.perf_counter() - built_s
-    short = _longest_reduction(task) <= 2 * vector_lanes(hardware.vector_bits, "float32")
+    short = (k := _longest_reduction(task)) <= 2 * vector_lanes(hardware.vector_bits, "float32") or len(divisors(k)) == 2
     order = sorted(range(len(sketches)), key=lambda i: (short and _rfactors(sketches[i].trace),
                                                          -_tiled_loops(sketches[i].trace),
                                                          not _fuses_consumer(sketches[i].trace), i))
@@ -224,10 +224,10 @@ def _rfactors(trace: Any) -> bool:
 
 def _longest_reduction(task: Task) -> int:
     """The most elements any block of ``task`` reduces into one (0: no reduction). A reduction of
-    at most two vectors is not split across the cores (MetaSchedule's rfactor sketch adds a second
-    pass and parallel region for nothing): on a Rocket Lake the 8 zoo tasks with one ran 1.34x
-    unsplit, none slower (ResNet-50's 3x3 max pool 1.7-2.0x); every reduction with rows enough for
-    the cores unsplit ran 0.70x (39 tasks: means, softmax, layer norm gain from the split)."""
+    at most two vectors, or of a prime length, is not split across the cores (MetaSchedule's rfactor
+    sketch adds a second pass and parallel region for nothing): on a Rocket Lake the 8 zoo tasks with
+    one ran 1.34x unsplit, none slower (ResNet-50's 3x3 max pool 1.7-2.0x), ViT's 197-long softmax
+    1.20-1.28x; every other reduction with rows for the cores ran 0.70x unsplit (39 tasks)."""
     from collectors.tir import block_realizes, is_reduction
 
     func = next(iter(as_module(task.mod).functions.values()))
