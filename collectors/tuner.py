@@ -33,10 +33,10 @@ from collectors.host_load import measuring_job
 from collectors.ms_database import commit_records
 from collectors.runner import host_load_of, make_checked_runner
 from collectors.sketches import sketch_id, tune_context
-from collectors.unmeasured_search import trace_key, unmeasured_only
 from collectors.tasks import Task
 from collectors.threads import pin_tvm_threads
 from collectors.tir import as_module, plain_json, tvm_version
+from collectors.unmeasured_search import trace_key, unmeasured_only
 from storage import Record, make_record_id
 
 logger = logging.getLogger(__name__)

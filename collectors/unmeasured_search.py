@@ -44,15 +44,14 @@ def unmeasured_only(strategy: Any, known: list) -> Any:
             self.inner = inner if isinstance(inner, ms.search_strategy.SearchStrategy) \
                 else ms.search_strategy.SearchStrategy.create(inner)
             self.max_trials = 0
-            self.measured = 0
-            self.skipped = 0  # known programs the search offered, never measured
+            self.measured = 0  # measurements of new programs so far
 
         def _initialize_with_tune_context(self, context: Any) -> None:
             self.inner._initialize_with_tune_context(context)
 
         def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any,
                        database: Any = None, cost_model: Any = None) -> None:
-            self.max_trials, self.measured, self.skipped = max_trials, 0, 0
+            self.max_trials, self.measured = max_trials, 0
             # each known program is offered at most once (the search remembers its own picks),
             # so this many more trials leave it ``max_trials`` measurements of new programs
             self.inner.pre_tuning(max_trials + len(timings), num_trials_per_iter, design_spaces, database,
@@ -63,19 +62,17 @@ def unmeasured_only(strategy: Any, known: list) -> Any:
 
         def generate_measure_candidates(self) -> Any:
             left = self.max_trials - self.measured
+            if left <= 0:
+                return None
             for _ in range(MAX_KNOWN_ONLY_BATCHES):
-                if left <= 0:
-                    return None
                 cands = self.inner.generate_measure_candidates()
                 if cands is None:
                     return None
-                fresh, seen = [], []
-                for c in cands:
-                    (seen if trace_key(c.sch.trace) in timings else fresh).append(c)
-                if seen:
-                    self.skipped += len(seen)
-                    self.inner.notify_runner_results(seen, [_known_result(timings[trace_key(c.sch.trace)])
-                                                            for c in seen])
+                paired = [(c, timings.get(trace_key(c.sch.trace))) for c in cands]
+                fresh = [c for c, r in paired if r is None]
+                seen = [(c, r) for c, r in paired if r is not None]
+                if seen:  # told, not measured: the search counts them as it counts its own
+                    self.inner.notify_runner_results([c for c, _ in seen], [_known_result(r) for _, r in seen])
                 if fresh:
                     return fresh[:left]
             return None

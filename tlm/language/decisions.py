@@ -256,7 +256,7 @@ def live_sketches(space: Space) -> list[Sketch]:
             sk.dead = _dead_reason(space, sk)
             if sk.dead:  # a property of the design space, not a fault: the demo's compile printed 8 of these
                 logger.info("%s on %s: sketch %d gives no valid program (%s)", space.task.task_name,
-                               space.hardware.key, sk.sketch_id, sk.dead)
+                            space.hardware.key, sk.sketch_id, sk.dead)
     return [sk for sk in space.sketches if not sk.dead]
 
 
