@@ -42,16 +42,11 @@ def judging_set(hw: Any, *, corpus_dir: str | None = None, max_tasks: int | None
         if split_of(models, held) == "train":
             trained_on.add(w["workload_key"])
             continue
-        t = task_from_index(w)
-        t.weights = {m: int(n) for m, n in models.items() if m in held}
-        t.model = max(t.weights, key=t.weights.get)
-        t.weight = sum(t.weights.values())
-        out.append(t)
+        out.append(_weighted(task_from_index(w), {m: int(n) for m, n in models.items() if m in held}))
     if outside:
         for t in vit_tasks(hw):
             if t.workload_key not in trained_on:
-                t.weights = {t.model: t.weight}
-                out.append(t)
+                out.append(_weighted(t, {t.model: t.weight}))
     out.sort(key=heaviest_first)
     return out[:max_tasks] if max_tasks else out
 
@@ -137,6 +132,15 @@ def vit_tasks(hw: Any, graph: Any = None) -> list:
     return extract_tasks((model, args), hw, model_name=OUTSIDE_MODEL, graph=graph or EXPORTED)
 
 
+def _weighted(task: Any, weights: dict[str, int]) -> Any:
+    """``task`` judged with ``weights`` (its occurrences per held-out model): ``weight`` their sum,
+    ``model`` the one it occurs in most (a whole model's latency sums ``weights``)."""
+    task.weights = weights
+    task.model = max(weights, key=weights.get)
+    task.weight = sum(weights.values())
+    return task
+
+
 #: sequence length of the transformers a deployer compiles (``tlm compile``'s default)
 COMPILE_SEQ_LEN = 128
 
@@ -151,21 +155,17 @@ def compiled_judging_set(hw: Any, *, max_tasks: int | None = None, outside: bool
     from collectors.tasks import COMPILED, extract_tasks, heaviest_first
     from collectors.zoo import HELD_OUT_MODELS, build_model
 
-    by_key: dict[str, Any] = {}
     found = []
     for name in HELD_OUT_MODELS:
         module, args = build_model(name, seq_len=COMPILE_SEQ_LEN)  # a CNN has no sequence
         found += extract_tasks((module, args), hw, model_name=name, graph=COMPILED)
     if outside:
         found += vit_tasks(hw, COMPILED)
+    by_key: dict[str, tuple[Any, dict[str, int]]] = {}
     for t in found:  # a workload of two models (the ViT's and BERT's softmax) once, its occurrences per model
-        have = by_key.setdefault(t.workload_key, t)
-        have.weights = getattr(have, "weights", {})
-        have.weights[t.model] = have.weights.get(t.model, 0) + t.weight
-    out = list(by_key.values())
-    for t in out:
-        t.model = max(t.weights, key=t.weights.get)
-        t.weight = sum(t.weights.values())
+        _, weights = by_key.setdefault(t.workload_key, (t, {}))
+        weights[t.model] = weights.get(t.model, 0) + t.weight
+    out = [_weighted(t, weights) for t, weights in by_key.values()]
     out.sort(key=heaviest_first)
     return out[:max_tasks] if max_tasks else out
 

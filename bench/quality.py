@@ -439,7 +439,9 @@ def main() -> None:
                     "(tlm.service.seeded; needs a cost model; 0: skip)")
     ap.add_argument("--outside", action=argparse.BooleanOptionalAction, default=True,
                     help="also judge the outside-zoo set (bench.judging.outside_zoo_tasks) against the simple answers")
-    ap.add_argument("--graph", choices=("exported", "compiled"), default="exported",
+    from collectors.tasks import GRAPHS
+
+    ap.add_argument("--graph", choices=tuple(GRAPHS), default="exported",
                     help="exported: the held-out workloads the corpus holds (default); compiled: the held-out models' "
                          "tasks as `tlm compile` builds them (batch norms folded, weights prepacked, BERT at 128)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "quality.json"))

@@ -122,6 +122,13 @@ def trace_json(trace: Any) -> list:
     return plain_json(trace.as_json())
 
 
+def trace_text(trace_json_: list) -> str:
+    """A trace's plain JSON as a record stores it (``Record.trace_json``, the record id's input)."""
+    import json
+
+    return json.dumps(trace_json_, separators=(",", ":"))
+
+
 @functools.lru_cache(maxsize=1)
 def tvm_version() -> str:
     """``tvm.__version__``, stored with every record."""

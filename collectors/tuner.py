@@ -35,8 +35,8 @@ from collectors.runner import host_load_of, make_checked_runner
 from collectors.sketches import sketch_id, tune_context
 from collectors.tasks import Task
 from collectors.threads import pin_tvm_threads
-from collectors.tir import as_module, plain_json, tvm_version
-from collectors.unmeasured_search import trace_key, unmeasured_only
+from collectors.tir import as_module, plain_json, trace_json, trace_text, tvm_version
+from collectors.unmeasured_search import unmeasured_only
 from storage import Record, make_record_id
 
 logger = logging.getLogger(__name__)
@@ -399,8 +399,8 @@ def _make_recorder(emit: Callable[..., None]):
 def _record(base: dict, sketches: list, cand: Any, b: Any, r: Any) -> Record:
     """The Record of one measured candidate: a build error, a run error or wrong answer, or
     its timings (never both)."""
-    trace_str = trace_key(cand.sch.trace)
-    tj = json.loads(trace_str)
+    tj = trace_json(cand.sch.trace)
+    trace_str = trace_text(tj)
     run_secs: list[float] = []
     error = None
     if b.error_msg:

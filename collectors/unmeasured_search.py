@@ -19,15 +19,6 @@ from typing import Any
 MAX_KNOWN_ONLY_BATCHES = 5
 
 
-def trace_key(trace: Any) -> str:
-    """The program a trace writes, as records store it (``Record.trace_json``)."""
-    import json
-
-    from collectors.tir import trace_json
-
-    return json.dumps(trace_json(trace), separators=(",", ":"))
-
-
 def unmeasured_only(strategy: Any, known: list) -> Any:
     """MetaSchedule search ``strategy`` (a name such as ``"evolutionary"``, or a strategy object)
     that never measures a program of ``known`` (measured records, errors included) again; a
@@ -35,6 +26,8 @@ def unmeasured_only(strategy: Any, known: list) -> Any:
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+    from collectors.tir import trace_json, trace_text
 
     timings = {r.trace_json: r for r in known}
 
@@ -68,7 +61,7 @@ def unmeasured_only(strategy: Any, known: list) -> Any:
                 cands = self.inner.generate_measure_candidates()
                 if cands is None:
                     return None
-                paired = [(c, timings.get(trace_key(c.sch.trace))) for c in cands]
+                paired = [(c, timings.get(trace_text(trace_json(c.sch.trace)))) for c in cands]
                 fresh = [c for c, r in paired if r is None]
                 seen = [(c, r) for c, r in paired if r is not None]
                 if seen:  # told, not measured: the search counts them as it counts its own

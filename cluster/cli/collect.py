@@ -66,7 +66,9 @@ def add_collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="transformer sequence length (default 32, 8 small)")
     parser.add_argument("--trials-per-iter", type=int, default=64, help="candidates measured per batch (default 64)")
     parser.add_argument("--no-check", action="store_true", help="skip the per-candidate correctness check")
-    parser.add_argument("--graph", choices=("exported", "compiled"), default="exported",
+    from collectors.tasks import GRAPHS
+
+    parser.add_argument("--graph", choices=tuple(GRAPHS), default="exported",
                         help="the model's graph the tasks are cut from: exported (default: batch norms tasks of their "
                              "own, weights in the model's layout; the shipped corpus's workloads) or compiled (what "
                              "`tlm compile` builds by default: batch norms folded, weights prepacked; the workloads "
