@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # MetaSchedule logs at INFO what a user does not act on: its per-iteration tables while
+        # tuning, and on a CPU with VNNI one "The workload cannot be tensorized" per float task
+        # whose design space is built (606 lines over a `tlm compile` of EfficientNet-B0). The
+        # progress bars say enough; -v shows it all.
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2

@@ -87,9 +87,6 @@ def run_adapt(args: argparse.Namespace) -> int:
                              "adapt on the others")
     if not models:
         raise UsageError("--models names no model")
-    import logging
-
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     from collectors.hardware import detect_hardware
     from storage import Corpus, CorpusError
     from tlm.service.catalog import SHIPPED_MODELS, NoModel, resolve_model, serving_model

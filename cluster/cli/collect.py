@@ -268,8 +268,6 @@ def run_closed_loop(args: argparse.Namespace) -> int:
 
 def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
     """The plain in-process collection loop (``--no-ray``; ``tune`` replaces MetaSchedule's tuner)."""
-    import logging
-
     from rich.console import Console
 
     from collectors.collect import collect
@@ -278,8 +276,6 @@ def run_local(args: argparse.Namespace, *, tune: Any = None) -> int:
     from collectors.hardware import detect_hardware
     from storage import Corpus
 
-    # MetaSchedule logs its per-iteration tables at INFO; the progress bar says enough.
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     hardware = detect_hardware(args.device, key=args.hardware)
     config = config_from_args(args)
     zoo_kwargs = zoo_kwargs_from_args(args)

@@ -111,7 +111,6 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from cluster.ray_session import connect
 
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     started = connect(None)

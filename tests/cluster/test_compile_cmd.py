@@ -297,6 +297,35 @@ def test_compile_usage_errors_are_one_line_and_exit_2(argv, words, capsys):
     assert words in err[-1] and err[-1].startswith("error:")
 
 
+CHATTER = """
+import sys
+from cluster.cli import main
+from tests.helpers.corpora import fixed_cpu
+from tests.helpers.workloads import make_task, matmul_relu_mod
+from tlm.language import build_space
+
+main(sys.argv[1:])  # sets up logging as every command does, then fails fast (no such corpus)
+build_space(make_task(matmul_relu_mod(), "fused_matmul_relu", "matmul"), fixed_cpu("rocketlake"))
+"""
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_metaschedules_info_chatter_reaches_the_terminal_only_with_verbose(tmp_path, verbose):
+    """On a CPU with VNNI, MetaSchedule logs "The workload cannot be tensorized" at INFO for every
+    float task whose space it builds: 606 lines drowned the progress bar of `tlm compile --model
+    efficientnet_b0` on a Rocket Lake. Every command keeps it quiet; `-v` shows it."""
+    import subprocess
+    import sys
+
+    from tests.helpers import subprocess_env
+
+    argv = ["-v"] * verbose + ["corpus", "stats", "--corpus", str(tmp_path / "missing")]
+    proc = subprocess.run([sys.executable, "-c", CHATTER, *argv], capture_output=True, text=True,
+                          env=subprocess_env(), timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("cannot be tensorized" in proc.stderr) == verbose, proc.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_collect_with_the_tlm_strategy_closes_the_loop_and_resumes(tiny_dir, tmp_path, capsys):
     from storage import Corpus
