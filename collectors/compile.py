@@ -11,7 +11,7 @@ hardware this host cannot execute (``collectors.hardware.check_runs_here``).
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from collectors.hardware import Hardware, check_runs_here
 from collectors.threads import run_on_cores
@@ -172,20 +172,41 @@ def time_model(executable: Any, args: Sequence[Any], hardware: Hardware | None =
     return float(timer("main").median)
 
 
+class SideBySide(NamedTuple):
+    """What :func:`time_side_by_side` measured: each build's median seconds, every run, and the
+    builds whose figure is a lower bound (their one run was stopped, far slower than the first's)."""
+
+    medians: dict[str, float]
+    runs: dict[str, list[float]]
+    at_least: frozenset[str]
+
+
 def time_side_by_side(builds: dict[str, Any], args: Sequence[Any], hardware: Hardware | None = None, *,
-                      runs: int = SIDE_BY_SIDE_RUNS) -> tuple[dict[str, float], dict[str, list[float]]]:
+                      runs: int = SIDE_BY_SIDE_RUNS) -> SideBySide:
     """Median seconds of each compiled model in ``builds`` (name -> executable), timed ``runs``
     times in turn (A B A B ...), so a slow moment of this shared host hits every build alike;
     also every run. One :func:`time_model` each gave the demo's small BERT verdicts from 0.96x
     to 1.2x the untuned build on the same two builds. A first timing of one run each leaves out
     of the rounds every build :data:`PROBE_GAP` times slower than the fastest, and the rounds stop
     after two when the fastest is :data:`CLEAR_GAP` times ahead in both: timing an untuned BERT-base (over a minute a run here) five
-    rounds of five runs kept `tlm compile --model bert_base` busy for over 20 minutes."""
+    rounds of five runs kept `tlm compile --model bert_base` busy for over 20 minutes. The first
+    build is the reference: another one's first run is stopped once it is :data:`PROBE_GAP` times
+    slower than the fastest so far (:func:`_bounded_run`; an untuned LLaMA-7B layer takes minutes a
+    run), and its figure is that lower bound (``at_least``)."""
     import statistics
 
     # one run of each first: a build PROBE_GAP times slower than another (an untuned BERT-base,
     # over a minute a run on 2 cores) needs no more to tell which ships; a smaller gap is timed as before
-    probe = {name: time_model(exe, args, hardware, repeat=1) for name, exe in builds.items()}
+    probe: dict[str, float] = {}
+    at_least: set[str] = set()
+    for name, exe in builds.items():
+        if probe:
+            took, whole = _bounded_run(exe, args, hardware, PROBE_GAP * min(probe.values()))
+            if not whole:
+                probe[name] = took
+                at_least.add(name)
+                continue
+        probe[name] = time_model(exe, args, hardware, repeat=1)
     # a build PROBE_GAP times slower than the fastest keeps its one timing; the others are timed in
     # rounds even when alone (one repeat of a served MobileNetV2 read 5.0-6.5 ms in separate runs)
     slow = {n for n, t in probe.items() if len(builds) > 1 and t >= PROBE_GAP * min(probe.values())}
@@ -196,7 +217,33 @@ def time_side_by_side(builds: dict[str, Any], args: Sequence[Any], hardware: Har
             every[name].append(time_model(exe, args, hardware))
         if r == 1 and len(rest) > 1 and all(_clearly_fastest([every[n][i] for n in rest]) for i in (0, 1)):
             break  # decided after the second round only: a close first or second round times them all
-    return {name: statistics.median(v) for name, v in every.items()}, every
+    return SideBySide({name: statistics.median(v) for name, v in every.items()}, every, frozenset(at_least))
+
+
+def _bounded_run(executable: Any, args: Sequence[Any], hardware: Hardware | None, limit_s: float) -> tuple[float, bool]:
+    """Seconds of one run of a compiled model and whether it ran whole: once ``limit_s`` has
+    passed, the VM skips the rest of its kernels (its instrument hook; a kernel already running
+    finishes, and the VM's own builtins, allocations among them, still run), so the time is a
+    lower bound of a run's."""
+    from tvm import relax
+    from tvm.runtime.vm import VMInstrumentReturnKind
+
+    dev = _device(hardware)
+    vm = relax.VirtualMachine(executable, dev)
+    vm.set_input("main", *_inputs(args, dev))
+    start, cut = time.perf_counter(), [False]
+
+    def instrument(func: Any, symbol: str, before_run: bool, ret: Any, *rest: Any) -> int:
+        if before_run and not str(symbol).startswith("vm.builtin."):
+            cut[0] = cut[0] or time.perf_counter() - start > limit_s
+            if cut[0]:
+                return VMInstrumentReturnKind.SKIP_RUN
+        return VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(instrument)
+    start = time.perf_counter()
+    vm.invoke_stateful("main")
+    return time.perf_counter() - start, not cut[0]
 
 
 def _clearly_fastest(times: list[float], gap: float = CLEAR_GAP) -> bool:

@@ -76,10 +76,11 @@ def study(model: str, *, small: bool, tlm_model: str | None) -> dict:
                      "errors": [r.error for r in records if r.error]})
     served_build = compile_model(relax_mod, hw, database_of(chosen, hw))
     untuned_build = compile_model(relax_mod, hw)
-    median, runs = time_side_by_side({"served_ms": served_build, "untuned_ms": untuned_build}, example, hw)
+    median, runs, at_least = time_side_by_side({"served_ms": served_build, "untuned_ms": untuned_build}, example, hw)
     whole: dict[str, Any] = {k: v * 1e3 for k, v in median.items()}
     whole |= {"runs": {k: [x * 1e3 for x in v] for k, v in runs.items()},
               "served_over_untuned": whole["served_ms"] / whole["untuned_ms"],
+              "at_least": sorted(at_least),  # lower bounds: a run stopped once far slower than the served build's
               "default_tasks": sum(ts.source == "default" for ts in chosen), "tasks": len(chosen)}
     return {"machine": machine(hw), "model": model, "small": small, "model_id": entry.model_id,
             "whole_model": whole, **summary(rows), "tasks": rows}

@@ -410,9 +410,11 @@ def _compile(url: str, hw: Any, model: str, zoo: dict, *, ranked: bool) -> dict:
         builds[f"{name}_s"] = tuned
     builds["untuned_s"] = compile_model(relax_mod, hw)
     lat = out["latency"]
-    lat |= time_side_by_side(builds, example, hw)[0]  # medians, the builds timed in turn
+    timed = time_side_by_side(builds, example, hw)
+    lat |= timed.medians  # medians, the builds timed in turn
     lat["torch_eager_s"] = time_torch(module, example, threads=hw.cores)
     greedy = f" | TLM greedy {lat['tlm_greedy_s'] * 1e3:.3f} ms" if ranked else ""
-    print(f"latency: TLM {lat['tlm_s'] * 1e3:.3f} ms{greedy} | untuned TVM {lat['untuned_s'] * 1e3:.3f} ms | "
+    more = "> " if "untuned_s" in timed.at_least else ""  # stopped once far slower than the TLM build
+    print(f"latency: TLM {lat['tlm_s'] * 1e3:.3f} ms{greedy} | untuned TVM {more}{lat['untuned_s'] * 1e3:.3f} ms | "
           f"PyTorch eager {lat['torch_eager_s'] * 1e3:.3f} ms")
     return out

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 
-def _model_calling(name: str, body) -> object:
-    """A compiled model whose one run is a call of the Python function ``body``."""
+def _model_calling(name: str, body, calls: int = 1) -> object:
+    """A compiled model whose one run is ``calls`` calls, one after the other, of the Python
+    function ``body``."""
     import tvm
     from tvm import relax
 
@@ -23,7 +24,10 @@ def _model_calling(name: str, body) -> object:
     x = relax.Var("x", relax.TensorType((4,), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit_output(relax.call_dps_packed(name, [x], out_ty=relax.TensorType((4,), "float32")))
+            y = x
+            for _ in range(calls - 1):
+                y = bb.emit(relax.call_dps_packed(name, [y], out_ty=relax.TensorType((4,), "float32")))
+            y = bb.emit_output(relax.call_dps_packed(name, [y], out_ty=relax.TensorType((4,), "float32")))
         bb.emit_func_output(y)
     return compile_model(bb.get(), detect_hardware())
 
@@ -60,11 +64,32 @@ def test_side_by_side_stops_once_one_build_is_clearly_faster(models):
 
     builds, _ = models
     hw = detect_hardware()
-    medians, every = time_side_by_side({"slow": builds["slow"], "fast": builds["fast"]}, X, hw)
+    medians, every, _ = time_side_by_side({"slow": builds["slow"], "fast": builds["fast"]}, X, hw)
     assert medians["fast"] * 10 < medians["slow"]
     assert len(every["slow"]) == 1, "a first timing of one run each tells them apart"
     assert len(every["fast"]) == SIDE_BY_SIDE_RUNS, "the fast one's figure is a median of rounds, not one repeat"
-    _, apart = time_side_by_side({"slow": builds["slow"], "half": builds["half"]}, X, hw)
+    _, apart, _ = time_side_by_side({"slow": builds["slow"], "half": builds["half"]}, X, hw)
     assert len(apart["slow"]) == 2, "2.5x apart: two rounds, then stopped"
-    _, close = time_side_by_side({"a": builds["half"], "b": builds["half"]}, X, hw)
+    _, close, _ = time_side_by_side({"a": builds["half"], "b": builds["half"]}, X, hw)
     assert len(close["a"]) == SIDE_BY_SIDE_RUNS, "two builds alike are timed every round"
+
+
+def test_a_build_far_slower_than_the_first_is_stopped_before_its_run_ends():
+    """An untuned LLaMA-7B layer is minutes a run on 2 cores (one warm-up and one timed run, over
+    15 minutes of `tlm compile --model llama7b_layer` after 2 s of scheduling), to learn only that
+    it is far slower than the served build. Past PROBE_GAP times the first build's probe, the rest of
+    its run's kernels are skipped and its figure is a lower bound, said so."""
+    from collectors.compile import PROBE_GAP, time_side_by_side
+    from collectors.hardware import detect_hardware
+
+    calls: list[int] = []
+    slow = _model_calling("tlm_test.sleep_10ms_counted", lambda: (calls.append(1), time.sleep(0.01)), calls=100)
+    first = _model_calling("tlm_test.sleep_5ms", lambda: time.sleep(0.005))
+    timed = time_side_by_side({"served": first, "untuned": slow}, X, detect_hardware())
+    assert timed.at_least == {"untuned"}
+    assert PROBE_GAP * 0.005 <= timed.medians["untuned"] < 0.5, "stopped past the gap, far before its 1 s run ends"
+    assert len(calls) < 30, f"{len(calls)} of its kernels ran"
+    assert len(timed.runs["served"]) >= 2 and timed.at_least == {"untuned"}
+    whole = time_side_by_side({"served": first, "half": _model_calling("tlm_test.sleep_12ms", lambda: time.sleep(0.012))},
+                              X, detect_hardware())
+    assert not whole.at_least and whole.medians["half"] > 0.01, "a build within the gap is timed whole"
