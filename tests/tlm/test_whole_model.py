@@ -73,6 +73,28 @@ def test_a_budget_measures_the_answer_it_would_replace(cpu_hw):
         assert measured[json.dumps(ts.trace)] == ts.latency_s
 
 
+def test_a_budget_does_not_measure_the_default_lowering_of_a_task_it_cannot_win(cpu_hw):
+    """TVM's default lowering (the loops unscheduled) is measured beside a task's first batch
+    because on tiny tasks it wins. On LLaMA-7B's LM head (33.6 GFLOP) it ran past the 30 s run
+    limit, after a reference of its own: 4 of `tlm compile --time-budget 120`'s 410 s. A task whose
+    estimated one-core time is past DEFAULT_MEASURED_BELOW_S spends its batch on candidates."""
+    from collectors.rules import rule_schedule
+    from collectors.threads import task_one_core_seconds
+    from collectors.tir import trace_json
+    from tlm.service.whole_model import DEFAULT_MEASURED_BELOW_S, spend_budget
+
+    task = make_task(matmul(256, 256, 384), "matmul", "matmul")
+    assert task_one_core_seconds(task) > DEFAULT_MEASURED_BELOW_S
+    rules = trace_json(rule_schedule(task, cpu_hw).schedule.trace)
+    other = trace_json(rule_schedule(task, cpu_hw, blocked=False).schedule.trace)
+    [ts] = schedule_tasks([task], cpu_hw, lambda t, k: Proposal([rules, other][:k], "test-model", 0.0))
+    records: list = []
+    spend_budget([ts], cpu_hw, lambda t, k: Proposal([rules, other][:k], "test-model", 0.0), budget=2, batch=2,
+                 on_records=records.extend)
+    assert [r.tuner for r in records] == ["tlm:test-model"] * 2 and ts.default_s is None
+    assert ts.source == "model" and ts.latency_s == min(r.latency_s for r in records)
+
+
 def test_a_candidate_that_does_not_replay_on_its_task_is_left_out_not_the_whole_budget(cpu_hw, caplog):
     """One candidate whose trace TVM cannot replay on its task (TVM's check of a prepacked
     MobileNetV2 convolution's layout rewrite failed so, at the 136th of 256 measurements) is left

@@ -173,6 +173,11 @@ def schedule_tasks(tasks: Sequence[Task], hardware: Hardware, source: Source, *,
 
 #: candidates measured per step of an anytime budget (one task at a time)
 BUDGET_BATCH = 4
+#: a task's first batch measures TVM's default lowering beside its candidates only when the task's
+#: estimated one-core time (``collectors.threads.task_one_core_seconds``) is below this: the default
+#: wins on tiny tasks (a parallel region costs more than their work), never on a task 500 regions
+#: long, and there its unscheduled loops cost minutes (LLaMA-7B's LM head past the 30 s run limit)
+DEFAULT_MEASURED_BELOW_S = 1e-3
 #: trials per step of the search that goes on once a task's ranked pool is measured (an
 #: evolutionary generation costs seconds of cost-model work whatever it measures)
 SEARCH_BATCH = 16
@@ -215,7 +220,8 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
     measured latency, or for a task not measured yet, x its FLOPs at the measured tasks' median
     throughput; a step that did not improve a task halves its priority (Ansor's task scheduler
     favours tasks still improving the same way). A task's first batch also measures TVM's
-    default lowering of it (``default_s``, one of the batch's measurements): a task none of
+    default lowering of it (``default_s``, one of the batch's measurements; only where it can win:
+    :data:`DEFAULT_MEASURED_BELOW_S`): a task none of
     whose measured candidates beats it keeps the default (``source`` "default", ``error`` says
     why) -- on tiny tasks the serial default wins, a parallel region's start costs more than the
     work -- and the task's answer at budget 0 where the pool's first ranks do not hold it, so a
@@ -225,6 +231,7 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
     records, :data:`SEARCH_BATCH` trials a step; without it the task is done. Every batch's
     records go to ``on_records`` at once, so Ctrl-C (KeyboardInterrupt, passed on) keeps every
     measurement made."""
+    from collectors.threads import task_one_core_seconds
     from tlm.service.api import ApiError
     from tlm.service.generator import MAX_K, tuner_name
 
@@ -266,7 +273,8 @@ def spend_budget(schedules: list[TaskSchedule], hardware: Hardware, source: Sour
         room = batch if budget is None else min(batch, budget - spent)
         first = not started[id(ts)]
         started[id(ts)] = True
-        if first and room > 1:  # the task's first batch: TVM's default lowering measured beside it
+        if first and room > 1 and task_one_core_seconds(ts.task) < DEFAULT_MEASURED_BELOW_S:
+            # the task's first batch: TVM's default lowering measured beside it
             spent += _measure_default(ts, hardware, on_records)
             room -= 1
         hi = min(MAX_K, lo + room)
