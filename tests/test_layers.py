@@ -39,8 +39,9 @@ ALLOWED = {
 #: starting one pays, by the same estimate the rules use; collectors.host_load: decoding takes
 #: one thread while anything measures on the host, every core otherwise; collectors.blocking: healthy
 #: decoding splits a task for the cores where each chunk reads least again, by the rules' own
-#: measure of it (``rereads``) and the L2 size.
-TLM_FROM_COLLECTORS = {"collectors.hardware", "collectors.tasks", "collectors.sketches", "collectors.tir",
+#: measure of it (``rereads``) and the L2 size; collectors.op_kinds: the API reads a posted
+#: subgraph's op kind from its program, as extraction does.
+TLM_FROM_COLLECTORS = {"collectors.hardware", "collectors.tasks", "collectors.op_kinds", "collectors.sketches", "collectors.tir",
                        "collectors.tuner", "collectors.zoo", "collectors.cost_model",
                        "collectors.layout", "collectors.fast_import", "collectors.rules", "collectors.threads",
                        "collectors.host_load", "collectors.blocking"}

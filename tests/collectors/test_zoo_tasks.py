@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from collectors.compile import compile_and_run
-from collectors.tasks import COMPILED, extract_tasks, import_relax, op_kind_of, register_tasks
+from collectors.op_kinds import op_kind_of
+from collectors.tasks import COMPILED, extract_tasks, import_relax, register_tasks
 from collectors.zoo import MODEL_NAMES, build_model
 
 
@@ -153,7 +154,7 @@ def _topi(kind: str):
 def test_a_posted_subgraph_is_read_for_what_it_is(kind):
     """Named ``main`` (nothing to read in the name), each TOPI op gets its kind from its program
     (they all came out ``elementwise`` before: issue 33)."""
-    from collectors.tasks import program_op_kind
+    from collectors.op_kinds import program_op_kind
 
     mod = _topi(kind)
     assert program_op_kind(mod) == kind

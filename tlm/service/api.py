@@ -230,7 +230,8 @@ def task_from_tvmscript(text: str) -> Any:
     are not cached. The Task is shared: callers must not change it."""
     import tvm
 
-    from collectors.tasks import Task, estimate_flops, op_kind_of
+    from collectors.op_kinds import op_kind_of
+    from collectors.tasks import Task, estimate_flops
     from collectors.tir import as_module, workload_key
 
     tree = check_tvmscript(text)
