@@ -126,7 +126,12 @@ def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_no
             _, exported, _ = fold_conv_batch_norm(model, args)
         else:
             exported = export(model, args)
-        mod = from_exported_program(exported)
+        try:
+            mod = from_exported_program(exported)
+        except AssertionError as exc:  # its importer asserts where it has no converter for an op
+            if "Unsupported function types" not in str(exc):
+                raise
+            raise UnsupportedModel(f"TVM's PyTorch importer cannot convert this model: {exc}") from exc
     if fold_batch_norm:  # what PyTorch's side left; FoldConstant also folds BERT's masks (126 -> 118 ms)
         mod = relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
     mod = relax.get_pipeline("zero")(mod)
@@ -134,6 +139,11 @@ def import_relax(model: Any, args: Sequence[Any] | None = None, *, fold_batch_no
         mod = _without_empty_layout_freedom(relax.transform.AttachAttrLayoutFreeBuffers()(mod))
     assert isinstance(mod, tvm.IRModule)
     return mod
+
+
+class UnsupportedModel(ValueError):
+    """A model TVM cannot import (an op its PyTorch frontend has no converter for): the message
+    names the op; the command line says it in one line."""
 
 
 def _without_empty_layout_freedom(mod: Any) -> Any:

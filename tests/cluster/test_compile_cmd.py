@@ -297,6 +297,30 @@ def test_compile_usage_errors_are_one_line_and_exit_2(argv, words, capsys):
     assert words in err[-1] and err[-1].startswith("error:")
 
 
+FFT_MODEL = '''
+import torch
+
+
+class Spectrum(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.rfft(x).abs()
+
+
+def make():
+    return Spectrum().eval(), (torch.randn(4, 64),)
+'''
+
+
+def test_a_model_with_an_op_tvm_cannot_import_is_one_line_naming_the_op(tmp_path, monkeypatch, capsys):
+    """TVM's PyTorch importer has no converter for some ops (an FFT): it asserted, and `tlm compile
+    --module` ended in a traceback through TVM's frontend."""
+    (tmp_path / "spectrum.py").write_text(FFT_MODEL)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", "--module", "spectrum:make", "--no-torch-compile"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and "_fft_r2c" in err[-1] and "Traceback" not in "".join(err), err[-3:]
+
+
 CHATTER = """
 import sys
 from cluster.cli import main
