@@ -25,6 +25,9 @@ SIDE_BY_SIDE_RUNS = 5
 CLEAR_GAP = 2.0
 #: how far ahead (x) the fastest build must be in a first timing of one run each to end there
 PROBE_GAP = 5.0
+#: a build's first run is never stopped before this (:func:`time_side_by_side`): it pays the
+#: build's cold start, which a fast model's PROBE_GAP x could not absorb, and a second costs little
+STOP_NOT_BEFORE_S = 1.0
 #: how near a whole-model build's output must be to PyTorch's (``numpy.allclose``'s arguments)
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
 
@@ -191,8 +194,8 @@ def time_side_by_side(builds: dict[str, Any], args: Sequence[Any], hardware: Har
     after two when the fastest is :data:`CLEAR_GAP` times ahead in both: timing an untuned BERT-base (over a minute a run here) five
     rounds of five runs kept `tlm compile --model bert_base` busy for over 20 minutes. The first
     build is the reference: another one's first run is stopped once it is :data:`PROBE_GAP` times
-    slower than the fastest so far (:func:`_bounded_run`; an untuned LLaMA-7B layer takes minutes a
-    run), and its figure is that lower bound (``at_least``)."""
+    slower than the fastest so far and past :data:`STOP_NOT_BEFORE_S` (:func:`_bounded_run`; an
+    untuned LLaMA-7B layer takes minutes a run), and its figure is that lower bound (``at_least``)."""
     import statistics
 
     # one run of each first: a build PROBE_GAP times slower than another (an untuned BERT-base,
@@ -201,7 +204,7 @@ def time_side_by_side(builds: dict[str, Any], args: Sequence[Any], hardware: Har
     at_least: set[str] = set()
     for name, exe in builds.items():
         if probe:
-            took, whole = _bounded_run(exe, args, hardware, PROBE_GAP * min(probe.values()))
+            took, whole = _bounded_run(exe, args, hardware, max(PROBE_GAP * min(probe.values()), STOP_NOT_BEFORE_S))
             if not whole:
                 probe[name] = took
                 at_least.add(name)
