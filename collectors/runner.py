@@ -75,12 +75,18 @@ def run_one(artifact_path: str, device_type: str, evaluator: Any, reference_path
     ref = _reference(reference_path)
     # inputs the schedule reads in another layout are handed over rewritten, and come back so
     rewrites = layout.load(artifact_path)
-    args = [tvm.runtime.tensor(a, device=device) for a in layout.rewrite_inputs(rewrites, ref.inputs)]
+    given = layout.rewrite_inputs(rewrites, ref.inputs)
+    args = [tvm.runtime.tensor(a, device=device) for a in given]
     meter = LoadMeter()
     costs = run_evaluator_common(rt_mod, device, evaluator, [args])
     device.sync()
     load, own = meter.other_cores(), meter.own_cores()
-    err = compare([a.numpy() for a in args], layout.rewrite_inputs(rewrites, ref.outputs), Tolerance(rtol, atol_scale))
+    # a buffer the reference left as it was must come back as given: its rewritten copy is reused
+    # (rewriting LLaMA-7B's 131M-element LM head weight takes ~2 s; it was done twice a candidate)
+    same = {k for k, (i, o) in enumerate(zip(ref.inputs, ref.outputs)) if o is i}
+    expected = layout.rewrite_inputs([r for r in rewrites if r.param not in same], ref.outputs)
+    expected = [given[k] if k in same else e for k, e in enumerate(expected)]
+    err = compare([a.numpy() for a in args], expected, Tolerance(rtol, atol_scale))
     if err is not None:
         raise RuntimeError(err)
     return costs, load, own
