@@ -60,14 +60,77 @@ class LayoutRewrite:
 
         index_map = tvm.ir.load_json(self.index_map_json)
         array = np.ascontiguousarray(array)
-        try:
-            out = _scatter(index_map, array, self.shape)
-        except NotImplementedError:
-            out = index_map.map_tensor(tvm.runtime.tensor(array)).numpy()
+        out = _split_and_reorder(index_map, array, self.shape)
+        if out is None:
+            try:
+                out = _scatter(index_map, array, self.shape)
+            except NotImplementedError:
+                out = index_map.map_tensor(tvm.runtime.tensor(array)).numpy()
         if tuple(out.shape) != self.shape:
             raise ValueError(f"layout rewrite of parameter {self.param}: got shape {tuple(out.shape)}, "
                              f"expected {self.shape}")
         return out
+
+
+def _split_and_reorder(index_map: Any, array: Any, shape: tuple[int, ...]) -> Any | None:
+    """``array`` in ``index_map``'s layout as a reshape and a transpose, or None when the map is
+    not one: each new index one piece of one original index (``i // d % m`` and its spellings),
+    the pieces of each index tiling it exactly (no padding). What ``RewriteLayout`` writes for a
+    packed weight is one; the scatter took ~2.3 s of LLaMA-7B's 131M-element LM head weight a
+    measured candidate, this ~0.4 s. A few elements are checked against the map itself."""
+    import numpy as np
+
+    names = [v.name for v in index_map.initial_indices]
+    if len(names) != array.ndim or len(index_map.final_indices) != len(shape):
+        return None
+    pieces = []  # per new axis: (original axis, divisor, extent) or None (a constant 0 of extent 1)
+    for e, m in zip(index_map.final_indices, shape):
+        piece = _piece(e, names, array.shape)
+        if piece is None or piece[2] != m:
+            return None
+        pieces.append(piece if piece[0] >= 0 else None)
+    split_shape, axis_of = [], {}
+    for axis, extent in enumerate(array.shape):
+        mine = sorted((p[1], p[2], j) for j, p in enumerate(pieces) if p is not None and p[0] == axis)
+        d = 1
+        for div, ext, _ in mine:  # from the fastest-varying piece up: divisors 1, m1, m1*m2, ...
+            if div != d:
+                return None
+            d *= ext
+        if d != extent:
+            return None
+        for div, ext, j in reversed(mine):  # slowest-varying first, as a C-order reshape splits
+            axis_of[j] = len(split_shape)
+            split_shape.append(ext)
+    moved = array.reshape(split_shape).transpose([axis_of[j] for j in range(len(shape)) if j in axis_of])
+    out = np.ascontiguousarray(moved).reshape(shape)
+    rng = np.random.default_rng(0)  # a few elements checked against the map itself
+    at = [rng.integers(0, n, size=16) for n in array.shape]
+    env = {name: idx for name, idx in zip(names, at)}
+    new = [np.broadcast_to(_evaluate(e, env), (16,)) for e in index_map.final_indices]
+    return out if np.array_equal(out[tuple(new)], array[tuple(at)]) else None
+
+
+def _piece(expr: Any, names: list[str], extents: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """``expr`` as ``(original axis, divisor, extent)``: ``i // d % m`` (or ``i % (d*m) // d``,
+    ``i // d``, ``i % m``, ``i``) over original index ``i``; ``(-1, 1, 1)`` for a constant 0; else None."""
+    kind = type(expr).__name__
+    if kind == "IntImm":
+        return (-1, 1, 1) if int(expr.value) == 0 else None
+    if kind == "Cast":
+        return _piece(expr.value, names, extents)
+    if kind == "Var":
+        axis = names.index(expr.name) if expr.name in names else -2
+        return None if axis < 0 else (axis, 1, extents[axis])
+    if kind not in ("FloorDiv", "FloorMod") or type(expr.b).__name__ != "IntImm" or int(expr.b.value) <= 0:
+        return None
+    inner, c = _piece(expr.a, names, extents), int(expr.b.value)
+    if inner is None or inner[0] < 0:
+        return None
+    axis, div, ext = inner
+    if kind == "FloorDiv":
+        return (axis, div * c, ext // c) if ext % c == 0 else None
+    return (axis, div, c) if ext % c == 0 else None
 
 
 def _scatter(index_map: Any, array: Any, shape: tuple[int, ...]) -> Any:

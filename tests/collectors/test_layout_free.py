@@ -152,6 +152,30 @@ def test_the_vectorised_rewrite_equals_tvms_index_map(rewritten):
     np.testing.assert_array_equal(r.apply(original), want)
 
 
+@pytest.mark.parametrize("shape, fn, new_shape", [
+    ((64, 96), lambda k, j: (j // 32, k // 4, j % 32 // 16, k % 4, j % 16), (3, 16, 2, 4, 16)),
+    ((8, 64), lambda k, j: (j // 16 % 2, j // 32, k, j % 16), (2, 2, 8, 16)),
+    ((3, 3, 16, 48), lambda a, b, c, d: (d // 16, a, b, c, d % 16), (3, 3, 3, 16, 16)),
+    ((64, 40), lambda k, j: (j // 16, k, j % 16), (3, 64, 16)),  # 40 columns padded to 48
+])
+def test_a_packed_layout_is_rewritten_as_the_index_map_says(shape, fn, new_shape):
+    """A packed weight's layout (each new index a piece of one old one) is a reshape and a
+    transpose (~0.4 s for LLaMA-7B's 131M-element LM head weight, where the scatter took ~2.3 s a
+    candidate); one that pads is scattered. Either way, element for element what the map says."""
+    import tvm
+    from tvm import tirx
+
+    from collectors.layout import LayoutRewrite
+
+    im = tirx.IndexMap.from_func(fn)
+    original = np.random.default_rng(2).standard_normal(shape).astype("float32")
+    got = LayoutRewrite(1, new_shape, str(im), tvm.ir.save_json(im)).apply(original)
+    want = np.zeros(new_shape, "float32")
+    for idx in np.ndindex(*shape):
+        want[tuple(int(x) for x in im.map_indices([tvm.tirx.const(i, "int32") for i in idx]))] = original[idx]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_a_million_element_layout_free_weight_is_rewritten_and_checked(cpu_hw):
     """TOPI's relu(dense(x, w)) with a 2048x512 weight: the rules' schedule rewrites w, and the
     measured candidate is checked against the unscheduled program (the rewrite once took over 12
