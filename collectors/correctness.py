@@ -169,8 +169,9 @@ def _spatial_inside(sch: Any, block: Any, loops: list) -> tuple[list, list, Any]
 
     b = sch.get(block)
     iters = list(b.iter_vars)
-    if len(iters) != len(loops) or any(int(sch.get(lp).extent) != int(iv.dom.extent)
-                                       for lp, iv in zip(loops, iters) if hasattr(sch.get(lp).extent, "value")):
+    extents = [getattr(iv.dom.extent, "value", None) for iv in iters]  # None: symbolic
+    if len(iters) != len(loops) or None in extents or any(
+            getattr(sch.get(lp).extent, "value", None) != e for lp, e in zip(loops, extents)):
         return None
     kinds = [int(iv.iter_type) for iv in iters]  # 0: data-parallel, 2: reduction
     spatial = [i for i, k in enumerate(kinds) if k == 0]
@@ -184,7 +185,7 @@ def _spatial_inside(sch: Any, block: Any, loops: list) -> tuple[list, list, Any]
                    and any(v.same_as(var) for v in tvm.tirx.analysis.undefined_vars(r.region[-1].min)))
 
     s, r = spatial[-1], reduction[-1]
-    ahead = (contiguous(s), int(iters[s].dom.extent)) > (contiguous(r), int(iters[r].dom.extent))
+    ahead = (contiguous(s), extents[s]) > (contiguous(r), extents[r])
     return ([loops[i] for i in spatial[:-1]], [loops[i] for i in reduction], loops[s]) if ahead else None
 
 
