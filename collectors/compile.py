@@ -160,17 +160,24 @@ def run_model(executable: Any, args: Sequence[Any], hardware: Hardware | None = 
     return out.numpy()
 
 
+def _loaded(executable: Any, args: Sequence[Any], hardware: Hardware | None) -> tuple[Any, Any]:
+    """``(virtual machine, device)`` of a compiled model on this host, ``args`` set as its inputs
+    once (what a timing runs)."""
+    from tvm import relax
+
+    dev = _device(hardware)
+    vm = relax.VirtualMachine(executable, dev)
+    vm.set_input("main", *_inputs(args, dev))
+    return vm, dev
+
+
 def time_model(executable: Any, args: Sequence[Any], hardware: Hardware | None = None, *,
                number: int = 1, repeat: int = 5, min_repeat_ms: int = 50) -> float:
     """Median seconds of one run of a compiled model (TVM's time evaluator, inputs set once).
     ``number`` 1: the evaluator raises it until a repeat lasts ``min_repeat_ms``, so a fast model
     is still run many times a repeat, and a slow one (an untuned BERT-base, seconds a run) once:
     at 10 its timing alone took over 20 minutes of ``tlm compile --model bert_base``."""
-    from tvm import relax
-
-    dev = _device(hardware)
-    vm = relax.VirtualMachine(executable, dev)
-    vm.set_input("main", *_inputs(args, dev))
+    vm, dev = _loaded(executable, args, hardware)
     timer = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return float(timer("main").median)
 
@@ -228,12 +235,9 @@ def _bounded_run(executable: Any, args: Sequence[Any], hardware: Hardware | None
     passed, the VM skips the rest of its kernels (its instrument hook; a kernel already running
     finishes, and the VM's own builtins, allocations among them, still run), so the time is a
     lower bound of a run's."""
-    from tvm import relax
     from tvm.runtime.vm import VMInstrumentReturnKind
 
-    dev = _device(hardware)
-    vm = relax.VirtualMachine(executable, dev)
-    vm.set_input("main", *_inputs(args, dev))
+    vm, _ = _loaded(executable, args, hardware)
     start, cut = time.perf_counter(), [False]
 
     def instrument(func: Any, symbol: str, before_run: bool, ret: Any, *rest: Any) -> int:

@@ -120,8 +120,7 @@ def _piece(expr: Any, names: list[str], extents: tuple[int, ...]) -> tuple[int, 
     if kind == "Cast":
         return _piece(expr.value, names, extents)
     if kind == "Var":
-        axis = names.index(expr.name) if expr.name in names else -2
-        return None if axis < 0 else (axis, 1, extents[axis])
+        return (names.index(expr.name), 1, extents[names.index(expr.name)]) if expr.name in names else None
     if kind not in ("FloorDiv", "FloorMod") or type(expr.b).__name__ != "IntImm" or int(expr.b.value) <= 0:
         return None
     inner, c = _piece(expr.a, names, extents), int(expr.b.value)

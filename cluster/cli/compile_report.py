@@ -40,23 +40,22 @@ def print_report(report: dict, *, stream: Any) -> None:
     table = Table(title=f"{report['model']} on {report['hardware']} ({report['model_id']}, top-{report['top_k']})")
     for col in ("build", "latency ms", "vs TLM", "compile s"):
         table.add_column(col, justify="right" if col != "build" else "left")
-    # a build whose run was stopped once far slower than the TLM build's: its figure is a lower bound
-    more = "> " if "untuned_s" in report.get("latency_at_least", ()) else ""
-    rows = [("TLM schedules", lat["tlm_s"], times["generate_s"] + times["measure_s"] + times["build_s"]),
-            ("TVM untuned", lat["untuned_s"], times["untuned_build_s"]),
-            ("PyTorch eager", lat["torch_eager_s"], 0.0)]
+    # (label, latency key, compile s); a figure in latency_at_least is a lower bound (its run was
+    # stopped once far slower than the TLM build's)
+    rows = [("TLM schedules", "tlm_s", times["generate_s"] + times["measure_s"] + times["build_s"]),
+            ("TVM untuned", "untuned_s", times["untuned_build_s"]),
+            ("PyTorch eager", "torch_eager_s", 0.0)]
     if "unmeasured_s" in lat:  # a budget changed schedules: the two builds, whichever ships
         kept = report["budget_built"]
         rows.append(("TLM, before the budget" if kept else "TLM, the budget's schedules",
-                     lat["unmeasured_s"] if kept else lat["budget_s"], times["build_s"]))
+                     "unmeasured_s" if kept else "budget_s", times["build_s"]))
     if "torch_compile_s" in lat:
-        rows.append(("torch.compile", lat["torch_compile_s"], times["torch_compile_s"]))
+        rows.append(("torch.compile", "torch_compile_s", times["torch_compile_s"]))
     if "corpus_best_s" in lat:
-        rows.append((f"corpus best ({times['corpus_best_tasks']} tasks)", lat["corpus_best_s"],
-                     times["corpus_best_build_s"]))
-    for label, s, c in rows:
-        at = more if label == "TVM untuned" else ""
-        table.add_row(label, f"{at}{s * 1e3:.3f}", f"{at}{s / lat['tlm_s']:.2f}x", f"{c:.1f}")
+        rows.append((f"corpus best ({times['corpus_best_tasks']} tasks)", "corpus_best_s", times["corpus_best_build_s"]))
+    for label, key, c in rows:
+        at = "> " if key in report.get("latency_at_least", ()) else ""
+        table.add_row(label, f"{at}{lat[key] * 1e3:.3f}", f"{at}{lat[key] / lat['tlm_s']:.2f}x", f"{c:.1f}")
     Console(file=stream).print(table)
     print(f"output vs PyTorch: max abs err {report['max_abs_err']:.2e} ({'ok' if report['correct'] else 'MISMATCH'}); "
           f"{report['scheduled']}/{report['tasks']} tasks scheduled ({report['from_corpus']} from the corpus's "
