@@ -58,13 +58,9 @@ once at the root, a depthwise one each channel's plane at its channel loop. The 
 random draw, which the rules kept before, inlined EfficientNet-B0's 5x5 depthwise pads: 1.75x
 over the 24 zoo tasks this changes, up to 14x (Rocket Lake, bench/studies/pad_location.py).
 
-The sketch chosen is the one that tiles the most loops (multi-level tiling over the plain
-parallel-vectorize sketch; no rfactor sketch for a reduction of two vectors or less:
-:func:`_longest_reduction`), then one that fuses a consumer into the tile (``ReverseComputeAt``);
-every candidate program goes through the target's postprocessors
-(:func:`collectors.sketches.refusing_postproc`), and a sketch whose rule-chosen program is
-refused gives way to the next. The rules' program is also a candidate in every ranked pool of
-the generator (``tlm.service.generator.rule_rows``). On CUDA, use ``tvm.s_tir.dlight`` instead.
+The sketch chosen is the first in :func:`sketch_order` whose rule-chosen program every postprocessor
+accepts (:func:`collectors.sketches.refusing_postproc`). The rules' program is also a candidate in
+every ranked pool of the generator (``tlm.service.generator.rule_rows``). On CUDA, use ``tvm.s_tir.dlight``.
 """
 from __future__ import annotations
 
@@ -194,10 +190,7 @@ def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: floa
     """:func:`rule_schedule` on a design space built already (in ``built_s``): the first sketch,
     in the rules' order, whose rule-chosen program every postprocessor accepts."""
     t0 = time.perf_counter() - built_s
-    short = (k := _longest_reduction(task)) <= 2 * vector_lanes(hardware.vector_bits, "float32") or len(divisors(k)) == 2
-    order = sorted(range(len(sketches)), key=lambda i: (short and _rfactors(sketches[i].trace),
-                                                         -_tiled_loops(sketches[i].trace),
-                                                         not _fuses_consumer(sketches[i].trace), i))
+    order = sketch_order(task, hardware, [sk.trace for sk in sketches])
     refused = []
     serial = task_parallel_target(task, hardware) == 1
     for i in order:
@@ -210,12 +203,15 @@ def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: floa
     raise ValueError(f"{task.task_name}: no sketch gives a valid program under the rules ({'; '.join(refused)})")
 
 
-def _tiled_loops(trace: Any) -> int:
-    return sum(1 for inst in trace.insts if inst.kind.name == "SamplePerfectTile")
-
-
-def _fuses_consumer(trace: Any) -> bool:
-    return any(inst.kind.name == "ReverseComputeAt" for inst in trace.insts)
+def sketch_order(task: Task, hardware: Hardware, traces: list) -> list[int]:
+    """The indices of a design space's sketches (their ``traces``) in the order the rules try them:
+    the rfactor sketches last where the reduction is short or prime, then the most tiled loops
+    first, a fused consumer before an unfused one. Greedy decoding writes the first live one."""
+    short = (k := _longest_reduction(task)) <= 2 * vector_lanes(hardware.vector_bits, "float32") or len(divisors(k)) == 2
+    kinds = [[inst.kind.name for inst in trace.insts] for trace in traces]
+    return sorted(range(len(traces)), key=lambda i: (short and "RFactor" in kinds[i],
+                                                     -kinds[i].count("SamplePerfectTile"),
+                                                     "ReverseComputeAt" not in kinds[i], i))
 
 
 def _rfactors(trace: Any) -> bool:

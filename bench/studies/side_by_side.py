@@ -43,7 +43,7 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
 
     loaded = {os.path.basename(os.path.normpath(d)): (load_model(d)[:2], ranker_for(d, hardware.key)[0])
               for d in model_dirs}
-    models = {(name if how == "plain" else f"{name}+{how}"): (m, _healthy(how))
+    models = {(name if how == "plain" else f"{name}+{how}"): (m, _decoding(how))
               for name, m in loaded.items() for how in decodings}
     tasks, best = heldout_sample(hardware, corpus_dir, n) if heldout else _sample(hardware, corpus_dir, n)
     ranked = {T: "ranked_top1" if len(temperatures) == 1 else f"ranked_top1@T{T:g}" for T in temperatures}
@@ -52,16 +52,17 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
         methods = {"corpus_best": Method([schedule_of(t.mod, best[t.workload_key]["trace_json"])], 0.0)}
         teacher = encode(t, hardware, best[t.workload_key]["trace_json"])
         is_teacher, pools = {}, {}
-        for name, (((model, tok), ranker), healthy) in models.items():
-            g = generate(t, hardware, model, tok, k=1, healthy=healthy)
+        for name, (((model, tok), ranker), how) in models.items():
+            g = generate(t, hardware, model, tok, k=1, **how)
             methods[f"{name}:top1"] = Method([g.candidates[0].schedule], g.generate_s + g.check_s)
             c = g.candidates[0]
             is_teacher[name] = c.sketch_id == teacher.sketch_id and tuple(c.decisions) == tuple(teacher.decisions)
-            for T, how in ranked.items() if ranker is not None else ():
-                # the whole pool (its first is the served top-1): a ranked answer of one samples none
-                gr = ranked_pool(t, hardware, model, tok, ranker, healthy=healthy, temperature=T)
-                methods[f"{name}:{how}"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s)
-                pools[f"{name}:{how}"] = gr.pool  # distinct programs the cost model ranked
+            # the whole pool (its first is the served top-1): a ranked answer of one samples none; a
+            # decoding that changes the greedy sketches only ranks the same pool as its healthy rules'
+            for T, label in ranked.items() if ranker is not None and "greedy_sketches" not in how else ():
+                gr = ranked_pool(t, hardware, model, tok, ranker, healthy=how["healthy"], temperature=T)
+                methods[f"{name}:{label}"] = Method([gr.candidates[0].schedule], gr.generate_s + gr.check_s)
+                pools[f"{name}:{label}"] = gr.pool  # distinct programs the cost model ranked
         row = _judged(t, hardware, methods)
         row["modes"] = {m: list(modes_of_schedule(v.schedules[0], hardware)) for m, v in methods.items()}
         row["top1_is_teacher"] = is_teacher
@@ -84,21 +85,24 @@ def side_by_side(hardware: Any, model_dirs: list[str], *, corpus_dir: str | None
             "summary": summary, "tasks": rows}
 
 
-#: how a model may write: every healthy rule, none, all but one (``healthy-no-<rule>``), or the
-#: register rule as it was (``healthy-registers-all``)
+#: how a model may write: every healthy rule, none, all but one (``healthy-no-<rule>``), the
+#: register rule as it was (``healthy-registers-all``), or every healthy rule with the greedy program
+#: chosen among every live sketch's (``healthy-all-sketches``; the default decodes the rules' sketch)
 DECODINGS = ("plain", "healthy", "healthy-no-parallel", "healthy-no-vector", "healthy-no-registers",
-             "healthy-no-reuse", "healthy-no-reread", "healthy-registers-all")
+             "healthy-no-reuse", "healthy-no-reread", "healthy-registers-all", "healthy-all-sketches")
 
 
-def _healthy(how: str) -> bool | frozenset:
-    """The ``healthy`` argument of ``generate`` a decoding name stands for (:data:`DECODINGS`)."""
+def _decoding(how: str) -> dict:
+    """The keywords of ``generate`` a decoding name stands for (:data:`DECODINGS`)."""
     from tlm.language.health import RULES
 
     if how == "healthy-registers-all":  # the register rule as it was: every vector register an accumulator
-        return RULES - {"registers"} | {"registers-all"}
+        return {"healthy": RULES - {"registers"} | {"registers-all"}}
+    if how == "healthy-all-sketches":
+        return {"healthy": True, "greedy_sketches": "all"}
     if how.startswith("healthy-no-"):
-        return RULES - {how.removeprefix("healthy-no-")}
-    return how == "healthy"
+        return {"healthy": RULES - {how.removeprefix("healthy-no-")}}
+    return {"healthy": how == "healthy"}
 
 
 def _temperature(text: str) -> float:

@@ -70,6 +70,23 @@ print("OUT", json.dumps(generate(task, detect_hardware("cpu"), model, tok).candi
     assert outs[0] == outs[1] == first
 
 
+@pytest.mark.parametrize("name", ["matmul_big", "conv2d_big"])
+def test_a_greedy_answer_of_one_decodes_the_sketch_the_rules_write(lm, tasks, cpu_hw, name):
+    """One sketch is decoded, not every live one (issue 33's greedy p50: ~40% less decoding), and it
+    is the sketch of the rule scheduler's own program; ``greedy_sketches="all"`` decodes them all."""
+    from collectors.rules import rule_schedule
+    from tlm.language import build_space, live_sketches
+
+    model, tok, _ = lm
+    g = generate(tasks[name], cpu_hw, model, tok)
+    assert g.sketches == 1 and len(g.candidates) == 1
+    assert g.candidates[0].sketch_id == rule_schedule(tasks[name], cpu_hw).sketch_index
+    every = generate(tasks[name], cpu_hw, model, tok, greedy_sketches="all")
+    assert every.sketches == len(live_sketches(build_space(tasks[name], cpu_hw))) > 1
+    with pytest.raises(ValueError, match="greedy_sketches must be 'rules' or 'all', got 'best'"):
+        generate(tasks[name], cpu_hw, model, tok, greedy_sketches="best")
+
+
 def test_k_out_of_range_is_refused(lm, tasks, cpu_hw):
     model, tok, _ = lm
     with pytest.raises(ValueError, match="k must be between 1 and 64"):

@@ -76,7 +76,7 @@ from typing import Any, Sequence
 
 from collectors.hardware import Hardware
 from collectors.tasks import Task
-from tlm.language.decisions import DecisionState, live_sketches
+from tlm.language.decisions import DecisionState, first_live, live_sketches
 from tlm.language.errors import LanguageError
 from tlm.language.numbers import number_tokens
 from tlm.language.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space
@@ -289,10 +289,12 @@ class _StateCache:
             st.feed(words[-1])
         else:
             sketch, plen = match_prompt(space, words)
-            live_sketches(space)  # decides sketch.dead
-            if sketch.dead:
+            if first_live(space, [sketch]) is None:  # decides this sketch's life only
+                live = live_sketches(space)
+                if not live:
+                    raise _nothing_lives(space)
                 raise LanguageError(plen - 1, f"sketch {sketch.sketch_id} gives no valid program ({sketch.dead}); "
-                                              f"generate with one of {[s.sketch_id for s in live_sketches(space)]}")
+                                              f"generate with one of {[s.sketch_id for s in live]}")
             st = DecisionState(space, sketch, plen, healthy=healthy)
             for w in words[plen:]:
                 st.feed(w)
@@ -307,6 +309,11 @@ _STATES = _StateCache()
 _STATES_LOCK = threading.Lock()
 
 
+def _nothing_lives(space: Space) -> LanguageError:
+    return LanguageError(0, f"no sketch of {space.task.task_name} on {space.hardware.key} gives a valid program: "
+                            + "; ".join(f"sketch {sk.sketch_id}: {sk.dead}" for sk in space.sketches))
+
+
 def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardware: Hardware, *,
                       healthy: bool = False) -> set[str]:
     """Exactly the words that may follow ``partial`` and keep it a valid program.
@@ -319,19 +326,21 @@ def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardw
     """
     words = split_words(partial)
     space = build_space(task, hardware)
-    nxt: set[str] = set()
-    live = live_sketches(space)
-    if not live:
-        raise LanguageError(0, f"no sketch of {task.task_name} on {hardware.key} gives a valid program: "
-                               + "; ".join(f"sketch {sk.sketch_id}: {sk.dead}" for sk in space.sketches))
-    for sk in live:
+    # only the sketches whose prompt ``words`` is inside (or, past a prompt, the one it matched) are
+    # checked for life: a check replays the sketch and runs every postprocessor (~2 ms each), and a
+    # greedy answer of one writes a single sketch (tlm.service.generator.GREEDY_SKETCHES)
+    extending: dict[int, tuple[Sketch, set[str]]] = {}
+    for sk in space.sketches:
         for language in prompt_languages(words):
             if language not in LANGUAGE_VERSIONS:
                 continue
             p = prompt_tokens(space, sk, language)
             if len(words) < len(p) and list(words) == p[: len(words)]:
-                nxt.add(p[len(words)])
+                extending.setdefault(sk.sketch_id, (sk, set()))[1].add(p[len(words)])
+    nxt = {w for sk, ws in extending.values() if first_live(space, [sk]) is not None for w in ws}
     if nxt:
         return nxt
+    if extending and not live_sketches(space):
+        raise _nothing_lives(space)
     with _STATES_LOCK:  # states are not thread-safe; one request at a time walks them
         return set(_STATES.get(space, words, healthy).legal())

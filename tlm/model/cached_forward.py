@@ -59,6 +59,7 @@ class CachedForward:
                       for _ in self.blocks]
         self.valid = torch.zeros(rows, slots, dtype=torch.bool)
         self.used = 0  # slots handed out so far (the same for every row)
+        self.gapless = True  # every slot handed out holds a token of every row (no padding yet)
         # after freeze(): per layer the shared prefix's keys [heads, dim, P] (transposed for
         # the score product) and values [heads, P, dim]; which prefix slots each group sees
         # (an additive mask [groups, P]) and each row's group
@@ -92,6 +93,7 @@ class CachedForward:
         self.cache = [(k.new_zeros(r, self.heads, 16, hd), v.new_zeros(r, self.heads, 16, hd)) for k, v in self.cache]
         self.valid = torch.zeros(r, 16, dtype=torch.bool)
         self.used = 0
+        self.gapless = False  # the prefix path masks by group
 
     def _grow(self, need: int) -> None:
         import torch
@@ -116,13 +118,17 @@ class CachedForward:
         self._grow(start + t)
         self.used = end = start + t
         self.valid[:, start:end] = real
-        # query j of a row sees its valid slots up to its own; a padding query sees itself
-        # (its output is never read: without a key it would be NaN and poison nothing but itself).
-        # An additive float mask: scaled_dot_product_attention's CPU kernel is ~1.4x faster with it
-        own = torch.arange(start, end)
-        see = self.valid[:, None, :end] & (torch.arange(end)[None, :] <= own[:, None])[None]
-        see[:, torch.arange(t), own] |= ~real
-        mask = torch.zeros(see.shape, dtype=self.wte.dtype).masked_fill_(~see, float("-inf"))[:, None]
+        self.gapless = self.gapless and bool(real.all())
+        if self.gapless:  # no padding anywhere (a greedy answer's one row): causal alone, no mask to build
+            mask = None if t == 1 else torch.full((t, end), float("-inf"), dtype=self.wte.dtype).triu_(start + 1)
+        else:
+            # query j of a row sees its valid slots up to its own; a padding query sees itself
+            # (its output is never read: without a key it would be NaN and poison nothing but itself).
+            # An additive float mask: scaled_dot_product_attention's CPU kernel is ~1.4x faster with it
+            own = torch.arange(start, end)
+            see = self.valid[:, None, :end] & (torch.arange(end)[None, :] <= own[:, None])[None]
+            see[:, torch.arange(t), own] |= ~real
+            mask = torch.zeros(see.shape, dtype=self.wte.dtype).masked_fill_(~see, float("-inf"))[:, None]
         d, h = self.d, self.heads
         # the per-token arithmetic (projections, MLP, layer norms) runs on the real tokens only
         # where padding is a quarter or more: rows of a sampling step feed chunks of 1 to 10

@@ -7,11 +7,13 @@ words that keep the program valid; each finished sentence is then proven valid b
 A sentence that fails that proof is a bug and raises: nothing is repaired, retried or dropped.
 
 Sketches: the prompt *contains* the sketch (the model is trained on decisions given a
-sketch, not on choosing one), so every live sketch is generated and the candidates are ranked
-by the model's mean log-probability per decision token (``Candidate.score``).
+sketch, not on choosing one), so the sketch is chosen outside the model: a greedy answer of one
+writes the sketch the rule scheduler would (:data:`GREEDY_SKETCHES`); otherwise every live sketch is
+generated and the candidates are ranked by the model's mean log-probability per decision token
+(``Candidate.score``).
 
-* ``k == 1``: greedy decoding of every sketch (one batch, KV cache), best-ranked first:
-  deterministic, the same schedule run to run and process to process.
+* ``k == 1``: greedy decoding of the rules' sketch (KV cache): deterministic, the same schedule
+  run to run and process to process.
 * ``k > 1``: beam search with ``k`` beams per sketch (deterministic as well), all sketches'
   beams pooled, duplicates removed, the ``k`` best kept.
 * ``ranker`` given (a :class:`collectors.cost_model.CostModel` of the hardware key): ``pool``
@@ -39,7 +41,8 @@ from typing import Any, Callable, Iterator
 
 from collectors.hardware import Hardware
 from collectors.tasks import Task
-from tlm.language import EOS, PAD, apply_sentence, build_space, legal_next_tokens, live_sketches, prompt_tokens
+from tlm.language import (EOS, PAD, apply_sentence, build_space, first_live, legal_next_tokens, live_sketches,
+                          prompt_tokens)
 from tlm.language.health import rules_of, serial_sketches
 from tlm.service.constrained import make_logits_processor
 
@@ -65,6 +68,16 @@ POOL_TEMPERATURE = 1.0
 #: 35 against 72 ms, MobileNetV2 6.01 against 5.45 ms (its convolutions are where the cost
 #: model's pick is sometimes faster)
 RULES_FIRST = True
+#: which sketches a greedy answer of one program (``k == 1``, no ranker) decodes on a CPU: "rules", the
+#: first live one in the order the rule scheduler tries them (``collectors.rules.sketch_order``); "all",
+#: every live sketch, the likeliest program served. Decoding every sketch took 1.77x the time of one
+#: (``bench/results/serve.json``), and the likelihood is no judge of sketches (it serves the teacher's
+#: on 8 of 16 training tasks, ``sketch_choice.json``). Rocket Lake, 2026-12-07, the shipped model: a new
+#: subgraph's greedy answer 75 -> 54 ms p50 in process (12 held-out tasks, both in turn in one process),
+#: its programs within noise (``bench.studies.side_by_side``, one call per workload: held out 0.97x /
+#: 0.92x the teacher against 0.99x / 0.92x in two calls, training 0.88x against 0.89x;
+#: ``levers/side_by_side-greedy-sketch-*.json``)
+GREEDY_SKETCHES = "rules"
 #: torch intra-op threads while decoding (``TLM_DECODE_THREADS``); None: :func:`decode_threads` decides.
 DECODE_THREADS: int | None = max(1, int(os.environ["TLM_DECODE_THREADS"])) if os.environ.get("TLM_DECODE_THREADS") else None
 
@@ -139,7 +152,8 @@ class Generation:
 
 def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: int = 1, ranker: Any = None,
              pool: int = RANK_POOL, healthy: bool | frozenset = True,
-             temperature: float = POOL_TEMPERATURE, rules_first: bool = RULES_FIRST) -> Generation:
+             temperature: float = POOL_TEMPERATURE, rules_first: bool = RULES_FIRST,
+             greedy_sketches: str = GREEDY_SKETCHES) -> Generation:
     """``k`` valid schedules for ``task`` on ``hardware``, ranked by the model's likelihood, or
     by ``ranker``'s predicted speed over ``pool`` samples (shared by the sketches) and the greedy programs.
     ``healthy`` (the default; False writes whatever the grammar allows): tile factors kept out of the
@@ -148,11 +162,15 @@ def generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, *, k: i
     left the fit on training tasks as it was (0.95x), ``bench/results/levers/healthy-*.json``.
     ``temperature``: the ranked pool's sampling temperature (:data:`POOL_TEMPERATURE`);
     ``rules_first``: a ranked pool's first candidate is the rules' program where there is one
-    (:data:`RULES_FIRST`), else the cost model's best."""
+    (:data:`RULES_FIRST`), else the cost model's best; ``greedy_sketches``: which sketches a greedy
+    answer of one decodes (:data:`GREEDY_SKETCHES`)."""
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
+    if greedy_sketches not in ("rules", "all"):
+        raise ValueError(f"greedy_sketches must be 'rules' or 'all', got {greedy_sketches!r}")
+    one = greedy_sketches == "rules" and ranker is None and k == 1 and hardware.kind == "cpu"
     out = _generate(task, hardware, model, tokenizer, k, ranker, pool, healthy, temperature, rules_first,
-                    whole=False)
+                    whole=False, rules_sketch=one)
     out.candidates = out.candidates[:k]
     return out
 
@@ -170,7 +188,8 @@ def ranked_pool(task: Task, hardware: Hardware, model: Any, tokenizer: Any, rank
 
 
 def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int, ranker: Any, pool: int,
-              healthy: bool | frozenset, temperature: float, rules_first: bool, *, whole: bool) -> Generation:
+              healthy: bool | frozenset, temperature: float, rules_first: bool, *, whole: bool,
+              rules_sketch: bool = False) -> Generation:
     """:func:`generate`'s work; with a ranker every candidate of the pool is returned, ranked.
     A ranked answer of one (``k == 1``, not ``whole``) with ``rules_first`` is the rules' program
     where they write one, whatever the pool holds: no pool is decoded for it (``pool`` 1).
@@ -179,9 +198,13 @@ def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int
     if ranker is not None and not 1 <= pool <= 4 * MAX_K:
         raise ValueError(f"pool must be between 1 and {4 * MAX_K}, got {pool}")
     space = build_space(task, hardware)
-    sketches = live_sketches(space)
-    if "parallel" in rules_of(healthy):
-        sketches = serial_sketches(space, sketches)
+    parallel = "parallel" in rules_of(healthy)
+    if rules_sketch:  # the first live sketch in the rules' order, alone (GREEDY_SKETCHES)
+        sketches = _rules_sketch(space, parallel)
+    else:
+        sketches = live_sketches(space)
+        if parallel:
+            sketches = serial_sketches(space, sketches)
     out = Generation(task.task_name, task.workload_key, hardware.key, sketches=len(sketches))
     if not sketches:
         raise ValueError(f"{task.task_name} has no sketch that gives a valid program on {hardware.key}")
@@ -222,6 +245,19 @@ def _generate(task: Task, hardware: Hardware, model: Any, tokenizer: Any, k: int
         out.rank_s, out.pool = time.perf_counter() - t2, len(keep)
     out.candidates = keep
     return out
+
+
+def _rules_sketch(space: Any, parallel: bool) -> list:
+    """The first live sketch of ``space`` in the rules' order (``collectors.rules.sketch_order``), as a
+    list of one (none: every sketch is dead); with ``parallel`` (healthy decoding's rule) the first of
+    :func:`tlm.language.health.serial_sketches` where one of those lives. Only the sketches up to it
+    are checked for life."""
+    from collectors.rules import sketch_order
+
+    ordered = [space.sketches[i] for i in sketch_order(space.task, space.hardware, [sk.trace for sk in space.sketches])]
+    first = first_live(space, serial_sketches(space, ordered)) if parallel else None
+    first = first or first_live(space, ordered)
+    return [first] if first is not None else []
 
 
 def serial_default(task: Task, hardware: Hardware) -> str | None:
