@@ -277,6 +277,7 @@ def _dead_reason(space: Space, sketch: Sketch) -> str:
     from collectors.sketches import refusing_postproc
 
     reason = ""
+    sketch.choices  # noqa: B018 - its static facts read first: their replay of the own decisions is reused below
     rng = random.Random(sketch.sketch_id)
     for attempt in range(LIVENESS_WALKS + 1):
         if attempt == 0:

@@ -146,13 +146,27 @@ def prompt_tokens(space: Space, sketch: Sketch, language: int = DEFAULT_LANGUAGE
     cache = space.__dict__.setdefault("_prompts", {})
     toks = cache.get((sketch.sketch_id, language))
     if toks is None:
-        version = ["language", *number_tokens(language)] if language >= 2 else []
-        toks = [BOS, *version, *hardware_tokens(space.hardware, language=language),
-                *task_tokens(space.task, language=language,
-                             vector_bits=space.hardware.vector_bits if space.hardware.kind == "cpu" else 0),
-                *sketch_tokens(space, sketch, language=language), DECIDE]
+        toks = [*_stem(space, language), *sketch_tokens(space, sketch, language=language), DECIDE]
         cache[(sketch.sketch_id, language)] = toks
     return list(toks)
+
+
+def prompt_head(space: Space, sketch: Sketch, language: int = DEFAULT_LANGUAGE) -> list[str]:
+    """The opening of ``sketch``'s prompt up to its count of sketches (``... sketch K of N``): what
+    tells the sketches' prompts apart, read without the sketch's static facts (``Sketch.choices``,
+    replays of ~2 ms), so that a sentence's sketch is found without describing every other one."""
+    return [*_stem(space, language), "sketch", *number_tokens(sketch.sketch_id), "of", *number_tokens(len(space.sketches))]
+
+
+def _stem(space: Space, language: int) -> list[str]:
+    """What every sketch's prompt opens with: the version, the hardware and the task (cached on the space)."""
+    stems = space.__dict__.setdefault("_prompt_stems", {})
+    if language not in stems:
+        version = ["language", *number_tokens(language)] if language >= 2 else []
+        stems[language] = [BOS, *version, *hardware_tokens(space.hardware, language=language),
+                           *task_tokens(space.task, language=language,
+                                        vector_bits=space.hardware.vector_bits if space.hardware.kind == "cpu" else 0)]
+    return stems[language]
 
 
 def sentence_language(words: Sequence[str]) -> int:

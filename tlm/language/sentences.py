@@ -80,7 +80,7 @@ from tlm.language.decisions import DecisionState, first_live, live_sketches
 from tlm.language.errors import LanguageError
 from tlm.language.numbers import number_tokens
 from tlm.language.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space
-from tlm.language.prompt import prompt_languages, prompt_tokens, sentence_language
+from tlm.language.prompt import prompt_head, prompt_languages, prompt_tokens, sentence_language
 from tlm.language.words import DEFAULT_LANGUAGE, EOS, GROUP_WORD, LANGUAGE_VERSIONS, LOCATION_WORDS, word_order
 
 logger = logging.getLogger(__name__)
@@ -216,11 +216,14 @@ def match_prompt(space: Space, words: Sequence[str]) -> tuple[Sketch, int]:
     language = sentence_language(words)
     if language not in LANGUAGE_VERSIONS:
         raise LanguageError(2, f"unknown language version {language}; known: {', '.join(map(str, LANGUAGE_VERSIONS))}")
+    for sk in space.sketches:  # the sketch's head first: a whole prompt reads the sketch's facts
+        if _may_open(space, sk, language, words):
+            p = prompt_tokens(space, sk, language)
+            if len(words) >= len(p) and list(words[: len(p)]) == p:
+                return sk, len(p)
     best = (-1, None)
-    for sk in space.sketches:
+    for sk in space.sketches:  # no match: the closest prompt, for the error
         p = prompt_tokens(space, sk, language)
-        if len(words) >= len(p) and list(words[: len(p)]) == p:
-            return sk, len(p)
         n = next((i for i, (a, b) in enumerate(zip(words, p)) if a != b), min(len(words), len(p)))
         if n > best[0]:
             best = (n, p)
@@ -231,6 +234,13 @@ def match_prompt(space: Space, words: Sequence[str]) -> tuple[Sketch, int]:
     want = p[n] if n < len(p) else "the end"
     raise LanguageError(n, f"prompt does not match any sketch of this task/hardware: found {got!r}, "
                            f"the closest prompt (sketch {_sketch_of(space, p, language)}) has {want!r}")
+
+
+def _may_open(space: Space, sketch: Sketch, language: int, words: Sequence[str]) -> bool:
+    """Whether ``words`` and ``sketch``'s prompt agree as far as both reach its head (:func:`prompt_head`)."""
+    head = prompt_head(space, sketch, language)
+    n = min(len(words), len(head))
+    return list(words[:n]) == head[:n]
 
 
 def _sketch_of(space: Space, prompt: list[str], language: int) -> int:
@@ -332,7 +342,7 @@ def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardw
     extending: dict[int, tuple[Sketch, set[str]]] = {}
     for sk in space.sketches:
         for language in prompt_languages(words):
-            if language not in LANGUAGE_VERSIONS:
+            if language not in LANGUAGE_VERSIONS or not _may_open(space, sk, language, words):
                 continue
             p = prompt_tokens(space, sk, language)
             if len(words) < len(p) and list(words) == p[: len(words)]:

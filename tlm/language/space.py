@@ -96,7 +96,8 @@ class Sketch:
     sketch_id: int  # index in the design space (the ``sketch_id`` column of a record)
     trace: Any  # tvm.s_tir.schedule.Trace of the sketch (with its own sampled decisions)
     kinds: tuple[str, ...]  # instruction kinds in trace order (before EnterPostproc)
-    choices: tuple[Choice, ...]  # open decisions in trace order
+    open_choices: tuple[Choice, ...]  # open decisions in trace order, as the trace states them (no facts)
+    mod: Any = None  # the task's module, whose replays give the choices' static facts
     ann_keys: dict[int, str] = field(default_factory=dict)  # Annotate position -> key
     dead: str | None = None  # why no decision gives a valid program; "" alive, None unchecked
     own_tiles: frozenset = frozenset()  # tile choices of a block iterator's own loop (trace_flow.own_loop_tiles)
@@ -107,6 +108,20 @@ class Sketch:
     @property
     def insts(self) -> list:
         return list(self.trace.insts)
+
+    # The static facts are read when first asked for: a greedy answer of one writes one sketch of
+    # the three a convolution has (tlm.service.generator.GREEDY_SKETCHES), and each sketch's
+    # replays cost ~2 ms of a new subgraph's request.
+    @functools.cached_property
+    def choices(self) -> tuple[Choice, ...]:
+        """The open decisions in trace order with their static facts (``extent``, ``n_locations``:
+        :func:`_with_static_facts`); the schedule of the sketch's own decisions is kept for
+        :func:`take_own_replay`."""
+        choices, own = _with_static_facts(self.trace, self.mod, list(self.open_choices), self.own_tiles)
+        if len(_OWN_REPLAYS) >= _OWN_REPLAYS_SIZE:
+            _OWN_REPLAYS.pop(next(iter(_OWN_REPLAYS), None), None)  # another request may have taken it
+        _OWN_REPLAYS[id(self)] = (self, own)
+        return tuple(choices)
 
     # The skeletons are computed when first asked for: only reading a record's trace
     # (``tlm.language.sentences.encode``) needs them, and they cost ~3 ms a sketch, a tenth of a
@@ -234,12 +249,25 @@ def _build(task: Task, hardware: Hardware) -> Space:
         gpu_limits = (int(attrs.get("max_threads_per_block", 1024)),
                       int(attrs.get("max_shared_memory_per_block", 49152)),
                       int(attrs.get("thread_warp_size", 32)))
-    sketches = [_describe(i, sch.trace, task.mod, gpu_limits) for i, sch in enumerate(schedules)]
+    static = _static_shapes(task.mod)
+    sketches = [_describe(i, sch.trace, task.mod, gpu_limits, static) for i, sch in enumerate(schedules)]
     logger.debug("space of %s on %s: %d sketches", task.task_name, hardware.key, len(sketches))
     return Space(task=task, hardware=hardware, target=target, sketches=sketches)
 
 
-def _describe(sketch_id: int, trace: Any, mod: Any, gpu_limits: tuple[int, int, int] | None = None) -> Sketch:
+def _static_shapes(mod: Any) -> bool:
+    """Whether every block iterator and buffer a block reads or writes in ``mod`` has constant extents (a
+    symbolic one, a dynamic batch say, makes some loop extent no constant: :class:`SpaceError`)."""
+    from tvm import tirx
+
+    blocks = sblocks(mod)
+    dims = [iv.dom.extent for b in blocks for iv in b.iter_vars]
+    dims += [d for b in blocks for r in [*b.reads, *b.writes] for d in r.source.shape]
+    return all(isinstance(d, tirx.IntImm) for d in dims)
+
+
+def _describe(sketch_id: int, trace: Any, mod: Any, gpu_limits: tuple[int, int, int] | None = None,
+              static_shapes: bool = True) -> Sketch:
     kinds: list[str] = []
     choices: list[Choice] = []
     ann_keys: dict[int, str] = {}
@@ -268,7 +296,6 @@ def _describe(sketch_id: int, trace: Any, mod: Any, gpu_limits: tuple[int, int, 
     insts = list(trace.insts)
     cut = next((i for i, x in enumerate(insts) if x.kind.name == "EnterPostproc"), len(insts))
     own_tiles = frozenset(own_loop_tiles(insts[:cut], choices))
-    choices, own = _with_static_facts(trace, mod, choices, own_tiles)
     groups: tuple = ()
     smem, lanes = None, {}
     if gpu_limits is not None:
@@ -283,12 +310,11 @@ def _describe(sketch_id: int, trace: Any, mod: Any, gpu_limits: tuple[int, int, 
             logger.warning("sketch %d: shared memory not modelled: %s", sketch_id, exc)
         lanes = vector_lanes(trace, mod, insts)
     sketch = Sketch(
-        sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), choices=tuple(choices), thread_groups=groups,
-        shared_memory=smem, vector_lanes=lanes, ann_keys=ann_keys, own_tiles=own_tiles,
+        sketch_id=sketch_id, trace=trace, kinds=tuple(kinds), open_choices=tuple(choices), mod=mod,
+        thread_groups=groups, shared_memory=smem, vector_lanes=lanes, ann_keys=ann_keys, own_tiles=own_tiles,
     )
-    if len(_OWN_REPLAYS) >= _OWN_REPLAYS_SIZE:
-        _OWN_REPLAYS.pop(next(iter(_OWN_REPLAYS), None), None)  # another request may have taken it
-    _OWN_REPLAYS[id(sketch)] = (sketch, own)
+    if gpu_limits is not None or not static_shapes:
+        sketch.choices  # noqa: B018 - read now: a symbolic extent is refused when the space is built
     return sketch
 
 
