@@ -56,6 +56,22 @@ def test_cached_forward_equals_the_transformers_forward(lm):
         torch.testing.assert_close(torch.stack(got[r]), want[r], atol=1e-4, rtol=1e-4)
 
 
+def test_one_row_without_padding_equals_the_transformers_forward(lm):
+    """A greedy answer of one decodes one row, never padded: no mask is built (causal alone), fed
+    as a prompt, one word, then a chunk of forced words."""
+    model, _ = lm
+    seq = torch.randint(4, model.config.vocab_size, (14,), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = model(input_ids=seq[None]).logits[0]
+        cache = CachedForward(model, 1, 4)  # grows as it is fed
+        got = []
+        for lo, hi in ((0, 9), (9, 10), (10, 14)):
+            n = hi - lo
+            got.append(cache.feed(seq[None, lo:hi], torch.arange(lo, hi)[None], torch.ones(1, n, dtype=torch.bool))[0])
+    assert cache.gapless
+    torch.testing.assert_close(torch.cat(got), want, atol=1e-4, rtol=1e-4)
+
+
 def test_a_frozen_prefix_gives_what_copying_it_gives(lm):
     """Two prompts (9 and 6 tokens, right-padded) frozen, then 3 copies of each fed chunks of
     different lengths (padded, some rows finished early and dropped by ``keep``): the same
