@@ -29,7 +29,10 @@ CANDIDATES: dict[str, dict] = {"sweep": {"blocking": "sweep"}, "panel": {"blocki
                                "roller": {"blocked": False},
                                # the inner reduction's cap (blocking.INNER_REDUCTION 8; 16 in the AVX-512 tall
                                # sweep): ViT's 3072-deep dense ran 1.17-1.23x at kc 6 (levers 6e)
-                               "kc6": {"inner_reduction": 6}, "kc4": {"inner_reduction": 4}}
+                               "kc6": {"inner_reduction": 6}, "kc4": {"inner_reduction": 4},
+                               # deeper: MetaSchedule@1000's best program of BERT's 768 -> 3072 dense
+                               # is the rules' 8 x 32 register tile at kc 48 (Rocket Lake, 2026-12-07)
+                               "kc32": {"inner_reduction": 32}, "kc48": {"inner_reduction": 48}}
 
 
 def portfolio_speeds(rows: list[dict], reference: str, size: int) -> list[tuple[float, tuple[str, ...]]]:
