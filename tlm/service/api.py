@@ -49,7 +49,7 @@ class ScheduleRequest(BaseModel):
     k: int = Field(1, ge=1, le=MAX_K, description=f"candidates (at most {MAX_K}): ranked by the model's cost model "
                    "over a sampled pool when it has one and rank is true, the rule baseline's program first "
                    "where the rules write one (k = 1 ranked: that program alone, no pool sampled); else by "
-                   "likelihood (1 = greedy)")
+                   "likelihood (1 = greedy: the sketch the rules would write, decoded greedily)")
     rank: bool = Field(True, description="rank by the model's cost model when it ships one (false: likelihood only, "
                        "faster: no pool is sampled)")
     measure: bool = Field(False, description="build, run and check the candidates on the server's device")
