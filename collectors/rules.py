@@ -209,7 +209,7 @@ def sketch_order(task: Task, hardware: Hardware, traces: list) -> list[int]:
     first, a fused consumer before an unfused one. Greedy decoding writes the first live one."""
     short = (k := _longest_reduction(task)) <= 2 * vector_lanes(hardware.vector_bits, "float32") or len(divisors(k)) == 2
     kinds = [[inst.kind.name for inst in trace.insts] for trace in traces]
-    return sorted(range(len(traces)), key=lambda i: (short and "RFactor" in kinds[i],
+    return sorted(range(len(traces)), key=lambda i: (short and _rfactors(traces[i]),
                                                      -kinds[i].count("SamplePerfectTile"),
                                                      "ReverseComputeAt" not in kinds[i], i))
 

@@ -91,7 +91,7 @@ def _accesses(block: Any) -> list[tuple[str, list[list[int]]]]:
 def sketch_tokens(space: Space, sketch: Sketch, *, language: int = 1) -> list[str]:
     """The sketch part of a prompt: its instruction skeleton and the facts bounding each choice
     (version 2: and after which tile level a consumer or cache write is computed)."""
-    out = ["sketch", *number_tokens(sketch.sketch_id), "of", *number_tokens(len(space.sketches))]
+    out = _sketch_words(space, sketch)
     by_index = {c.inst_index: c for c in sketch.choices}
     levels = _compute_at_levels(sketch) if language >= 2 else {}
     for i, kind in enumerate(sketch.kinds):
@@ -155,7 +155,12 @@ def prompt_head(space: Space, sketch: Sketch, language: int = DEFAULT_LANGUAGE) 
     """The opening of ``sketch``'s prompt up to its count of sketches (``... sketch K of N``): what
     tells the sketches' prompts apart, read without the sketch's static facts (``Sketch.choices``,
     replays of ~2 ms), so that a sentence's sketch is found without describing every other one."""
-    return [*_stem(space, language), "sketch", *number_tokens(sketch.sketch_id), "of", *number_tokens(len(space.sketches))]
+    return [*_stem(space, language), *_sketch_words(space, sketch)]
+
+
+def _sketch_words(space: Space, sketch: Sketch) -> list[str]:
+    """``sketch K of N``: how every sketch part of a prompt opens (:func:`sketch_tokens`)."""
+    return ["sketch", *number_tokens(sketch.sketch_id), "of", *number_tokens(len(space.sketches))]
 
 
 def _stem(space: Space, language: int) -> list[str]:
