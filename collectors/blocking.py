@@ -323,8 +323,8 @@ def plane_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64) -> dict
 
 
 def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, serial: bool = False,
-                  plan_kind: str = "auto", planes: bool = True,
-                  inner_reduction: int = INNER_REDUCTION) -> dict[int, list[int]]:
+                  plan_kind: str = "auto", planes: bool = True, inner_reduction: int = INNER_REDUCTION,
+                  chunks_per_core: int = CHUNKS_PER_CORE) -> dict[int, list[int]]:
     """Loop index -> tile factors (outer to inner) of the blocked plan (``plan_kind`` one of
     :data:`PLANS`; the module docstring says what each level holds). The nest is MetaSchedule's
     S0 S1 R0 S2 R1 S3: S2 is swept once per step of the outer reduction R0, S1 and S0 once in all.
@@ -396,7 +396,7 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
         if axes.rows is not None:  # every block of rows a parallel chunk of its own: see panel_fits
             plan[axes.rows] = [axes.extents[axes.rows] // mr, 1, 1, mr]
         return plan
-    parallel_left = hardware.cores * CHUNKS_PER_CORE
+    parallel_left = hardware.cores * chunks_per_core  # the sweep's chunks (the panel plan: a block of rows each)
     for i in _split_order(axes, spatial):
         rest = axes.extents[i] // inner[i]
         t0 = largest_divisor(rest, parallel_left)

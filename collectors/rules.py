@@ -95,19 +95,32 @@ LOCATIONS = ("rule", "sketch")
 ROOT, INLINE = -1, -2
 
 
-#: The rules' second opinions: the knobs they fix otherwise, each tried on its own (MetaSchedule's
-#: other auto-unroll steps; the Roller-style tiles the blocked plan replaced). Never served
+#: The rules' second opinions: the knobs they fix otherwise, each tried on its own. Never served
 #: unmeasured: a ranked pool puts them right after the rules' own program, so that a measured
 #: budget (best-of-k, ``tlm compile --budget``) tries them first (``tlm.service.generator.rule_rows``).
-#: Chosen by ``python -m bench.studies.rule_portfolio`` (Emerald Rapids, 2026-12-06, one call per
-#: task, ``bench/results/rule_portfolio-emeraldrapids-2c.json``): on the 20 quality tasks the rules
-#: 1.02x MS@256 and the fastest of the rules and these three 1.09x (a first exploration, 0.96x ->
-#: 1.08x: the Roller-style tiles 1.4-1.7x the rules on MobileNetV2's `conv2d25`/`conv2d29` and BERT's
-#: 512 x 64 x 512 `matmul1`, unroll 512 1.25x on ViT's MLP matmul, unroll 16 1.24x on `conv2d6`); on
-#: the key's 16 fixed training workloads 1.06x -> 1.15x the corpus's best. Forcing the other blocked
-#: plan adds at most 1% beside these. The inner reduction capped at 6: which kc wins depends on the
-#: cache-set layout, so it is a second opinion (Rocket Lake: the four 1.052x -> 1.073x MS@256, levers 6e).
-VARIANTS: tuple[dict[str, Any], ...] = ({"unroll": 512}, {"unroll": 16}, {"blocked": False}, {"inner_reduction": 6})
+#: Chosen by ``python -m bench.studies.rule_portfolio`` (one call per task; levers.md): MetaSchedule's
+#: other auto-unroll steps (512: 1.25x on ViT's MLP matmul; 16: 1.24x on `conv2d6`), the Roller-style
+#: tiles (1.4-1.7x on MobileNetV2's `conv2d25`/`conv2d29` and BERT's `matmul1`), kc capped at 6
+#: (which kc wins depends on the cache sets), and one parallel chunk a core at a deeper kc (BERT's
+#: unpacked dense layers 1.05-1.1x). Rocket Lake, 2026-12-07: the rules 0.98x MS@256 on the 20
+#: quality tasks, the fastest of them and the first four 1.03x, of all six 1.05x; on the 16 training
+#: workloads 0.87x, 0.91x, 0.91x the corpus's best.
+VARIANTS: tuple[dict[str, Any], ...] = ({"unroll": 512}, {"unroll": 16}, {"blocked": False}, {"inner_reduction": 6},
+                                        {"chunks_per_core": 1, "inner_reduction": 16},
+                                        {"chunks_per_core": 1, "inner_reduction": 24})
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    """The knobs of :func:`rule_schedule` (its docstring says what each does); a variant sets some."""
+
+    blocked: bool = True
+    blocking: str = "auto"
+    locations: str = "rule"
+    unroll: int = UNROLL_STEP
+    planes: bool = True
+    inner_reduction: int = INNER_REDUCTION
+    chunks_per_core: int = CHUNKS_PER_CORE
 
 
 @dataclass
@@ -122,7 +135,7 @@ class RuleSchedule:
 
 def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, blocking: str = "auto",
                   locations: str = "rule", unroll: int = UNROLL_STEP, planes: bool = True,
-                  inner_reduction: int = INNER_REDUCTION) -> RuleSchedule:
+                  inner_reduction: int = INNER_REDUCTION, chunks_per_core: int = CHUNKS_PER_CORE) -> RuleSchedule:
     """The rule-chosen, postprocessed schedule of ``task`` for a CPU ``hardware``.
 
     ``blocked=False``: the Roller-style tiles alone (the rule baseline before the blocked plan,
@@ -133,11 +146,12 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     ``max_step`` taken where the sketch samples one (bench/studies/unroll.py); ``planes=False``: no
     block takes ``blocking.plane_plan`` (bench/studies/plane.py measures it against that);
     ``inner_reduction``: the blocked plan's cap on the inner reduction (``blocking.INNER_REDUCTION``;
-    bench/studies/rule_portfolio.py measures others). Raises ``ValueError`` for a
+    bench/studies/rule_portfolio.py measures others); ``chunks_per_core``: the parallel chunks per
+    core the blocked plan's sweep aims for (``blocking.CHUNKS_PER_CORE``). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
-    return _programs(task, hardware, [{"blocked": blocked, "blocking": blocking, "locations": locations,
-                                        "unroll": unroll, "planes": planes, "inner_reduction": inner_reduction}])[0]
+    knobs = RuleOptions(blocked, blocking, locations, unroll, planes, inner_reduction, chunks_per_core)
+    return _programs(task, hardware, [vars(knobs)])[0]
 
 
 def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any], ...] = VARIANTS) -> list[RuleSchedule]:
@@ -150,43 +164,39 @@ def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any]
 
 
 def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> list[RuleSchedule]:
-    """The program of each of ``options`` (:func:`rule_schedule`'s keywords, the defaults where
-    absent) on one design space; the first must give one, a later one without is left out."""
-    opts = [{"blocked": True, "blocking": "auto", "locations": "rule", "unroll": UNROLL_STEP, "planes": True,
-             "inner_reduction": INNER_REDUCTION, **o} for o in options]
-    for o in opts:
-        _check(hardware, o["blocking"], o["locations"], o["unroll"], o["inner_reduction"])
+    """The program of each of ``options`` (:class:`RuleOptions`, the defaults where absent) on one
+    design space; the first must give one, a later one without is left out."""
+    opts = [_checked(hardware, RuleOptions(**o)) for o in options]
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
     built = time.perf_counter() - t0
     out = []
     for n, o in enumerate(opts):
         try:
-            out.append(_rule_schedule(task, hardware, sketches, built, o["blocked"], o["blocking"], o["locations"],
-                                      o["unroll"], o["planes"], o["inner_reduction"]))
+            out.append(_rule_schedule(task, hardware, sketches, built, o))
         except ValueError:
             if n == 0:
                 raise
     return out
 
 
-def _check(hardware: Hardware, blocking: str, locations: str, unroll: int, inner_reduction: int) -> None:
-    """:func:`rule_schedule`'s argument checks."""
+def _checked(hardware: Hardware, o: RuleOptions) -> RuleOptions:
+    """``o``, once :func:`rule_schedule`'s argument checks pass on ``hardware``."""
     if hardware.kind != "cpu":
         raise ValueError(f"the rule scheduler is for CPUs; {hardware.key} is {hardware.kind} (use tvm.s_tir.dlight)")
-    if blocking not in PLANS:
-        raise ValueError(f"unknown blocked plan {blocking!r}; one of {', '.join(PLANS)}")
-    if locations not in LOCATIONS:
-        raise ValueError(f"unknown compute locations {locations!r}; one of {', '.join(LOCATIONS)}")
-    if unroll not in UNROLL_STEPS:
-        raise ValueError(f"unroll step {unroll} is none a sketch samples; one of {', '.join(map(str, UNROLL_STEPS))}")
-    if int(inner_reduction) < 1:
-        raise ValueError(f"inner_reduction must be at least 1, got {inner_reduction}")
+    if o.blocking not in PLANS:
+        raise ValueError(f"unknown blocked plan {o.blocking!r}; one of {', '.join(PLANS)}")
+    if o.locations not in LOCATIONS:
+        raise ValueError(f"unknown compute locations {o.locations!r}; one of {', '.join(LOCATIONS)}")
+    if o.unroll not in UNROLL_STEPS:
+        raise ValueError(f"unroll step {o.unroll} is none a sketch samples; one of {', '.join(map(str, UNROLL_STEPS))}")
+    for knob, value in (("inner_reduction", o.inner_reduction), ("chunks_per_core", o.chunks_per_core)):
+        if int(value) < 1:
+            raise ValueError(f"{knob} must be at least 1, got {value}")
+    return o
 
 
-def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: float, blocked: bool, blocking: str,
-                   locations: str, unroll: int, planes: bool = True,
-                   inner_reduction: int = INNER_REDUCTION) -> RuleSchedule:
+def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: float, o: RuleOptions) -> RuleSchedule:
     """:func:`rule_schedule` on a design space built already (in ``built_s``): the first sketch,
     in the rules' order, whose rule-chosen program every postprocessor accepts."""
     t0 = time.perf_counter() - built_s
@@ -194,8 +204,7 @@ def _rule_schedule(task: Task, hardware: Hardware, sketches: list, built_s: floa
     refused = []
     serial = task_parallel_target(task, hardware) == 1
     for i in order:
-        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, blocked, serial, blocking, locations, unroll,
-                                      planes, inner_reduction)
+        sch, decisions = _apply_rules(task, hardware, sketches[i].trace, o, serial)
         why = refusing_postproc(sch, task, hardware)
         if why is None:
             return RuleSchedule(sch, i, decisions, time.perf_counter() - t0)
@@ -251,10 +260,7 @@ def rfactor_split(extent: int, max_inner: int) -> list[int]:
     return [extent // f, f]
 
 
-def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = True,
-                 serial: bool = False, blocking: str = "auto", locations: str = "rule",
-                 unroll: int = UNROLL_STEP, planes: bool = True,
-                 inner_reduction: int = INNER_REDUCTION) -> tuple[Any, dict]:
+def _apply_rules(task: Task, hardware: Hardware, trace: Any, o: RuleOptions, serial: bool = False) -> tuple[Any, dict]:
     """Replay a sketch with every decision chosen by rule (``serial``: no parallel loop, the task
     is smaller than what starting one saves); the schedule and the decisions."""
     from tvm.s_tir.schedule import Schedule
@@ -264,10 +270,9 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
     l1 = l1_bytes(hardware)
     sch = Schedule(as_module(task.mod))
     chosen: dict[int, Any] = {}
-    state = {"parallel_left": hardware.cores * CHUNKS_PER_CORE, "rows": 1, "cols": 1, "group": None, "serial": serial,
+    state = {"parallel_left": hardware.cores * o.chunks_per_core, "rows": 1, "cols": 1, "group": None, "serial": serial,
              "rfactor": _rfactors(trace)}
-    planned, window = (_blocked_plans(task, hardware, trace, plan, serial, blocking, planes, inner_reduction)
-                       if blocked else ({}, False))
+    planned, window = _blocked_plans(task, hardware, trace, plan, serial, o) if o.blocked else ({}, False)
     counter = [0]  # the provider is called for every instruction, in trace order
 
     def provider(inst: Any, inputs: Any, attrs: Any, decision: Any) -> Any:
@@ -281,7 +286,7 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
             n, max_inner = int(attrs[0]), int(attrs[1])
             role = plan.get(i, ("other", 0, 0, 0))
             if role[1] != state["group"]:  # a new block's tiles: parallel budget and tile sizes start over
-                state.update(group=role[1], parallel_left=hardware.cores * CHUNKS_PER_CORE, rows=1, cols=1)
+                state.update(group=role[1], parallel_left=hardware.cores * o.chunks_per_core, rows=1, cols=1)
             tiles = planned.get(i)
             if tiles is None or math.prod(tiles) != extent or tiles[-1] > max_inner:
                 tiles = _tiles(extent, n, max_inner, role, lanes, l1, state)
@@ -292,10 +297,10 @@ def _apply_rules(task: Task, hardware: Hardware, trace: Any, blocked: bool = Tru
             if window:  # a window plan's scalar outputs: the whole window unrolled (blocking.window_plan)
                 pick = values.index(max(values))
             else:
-                pick = values.index(unroll) if unroll in values else len(values) // 2
+                pick = values.index(o.unroll) if o.unroll in values else len(values) // 2
             chosen[i] = pick
             return pick
-        if kind == "SampleComputeLocation" and locations == "rule":
+        if kind == "SampleComputeLocation" and o.locations == "rule":
             where = compute_location(task, sch, inputs[0])
             if where is not None:
                 chosen[i] = where
@@ -357,9 +362,8 @@ def _loop_axis(loop: Any) -> str:
     return str(loop.loop_var.name).rsplit("_", 1)[0]
 
 
-def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool = False,
-                   blocking: str = "auto", planes: bool = True,
-                   inner_reduction: int = INNER_REDUCTION) -> tuple[dict[int, list[int]], bool]:
+def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, serial: bool,
+                   o: RuleOptions) -> tuple[dict[int, list[int]], bool]:
     """Instruction index -> tiles of every SamplePerfectTile that tiles a block the blocked plan
     covers (a 4-level spatial, 2-level reduction tiling of a block with a contiguous output), and
     whether a block takes the window plan (``blocking.unvectorized``: unrolled all the way)."""
@@ -379,9 +383,9 @@ def _blocked_plans(task: Task, hardware: Hardware, trace: Any, roles: dict, seri
         axes = block_axes(task.mod, name) if name else None
         if axes is None or len(samples) != len(axes.extents):
             continue
-        plan = blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial, blocking,
-                            planes, inner_reduction)
-        window = window or unvectorized(axes, blocking)
+        plan = blocked_plan(axes, hardware, min(int(trace.insts[i].attrs[1]) for i in samples), serial, o.blocking,
+                            o.planes, o.inner_reduction, o.chunks_per_core)
+        window = window or unvectorized(axes, o.blocking)
         loops = {p: i for p, i in zip(range(len(axes.extents)), sorted(samples))}
         for p, i in loops.items():
             want = 4 if not axes.reduce[p] else 2

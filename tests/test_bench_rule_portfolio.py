@@ -15,3 +15,8 @@ def test_a_portfolio_is_worth_its_fastest_program_and_rows_without_the_reference
     assert best[0] == (pytest.approx(2.0 ** 0.5), ("unroll512", "roller"))  # 1.0x and 2.0x
     singles = dict((c, s) for s, c in portfolio_speeds(rows, "ms_256", 1))
     assert singles[("roller",)] == pytest.approx(1.0) and singles[("unroll16",)] == pytest.approx(0.5 ** 0.5)
+
+
+def test_a_study_of_some_candidates_judges_subsets_of_those_alone():
+    rows = [{"latency_s": {"ms_256": 1.0, "rules": 2.0, "roller": 1.0, "unroll16": 4.0}}]
+    assert [c for _, c in portfolio_speeds(rows, "ms_256", 1, ["unroll16", "roller"])] == [("roller",), ("unroll16",)]

@@ -1,7 +1,7 @@
 """The rules' second opinions (issue 32, best-of-k): which of the knobs the rules fix should a
 measured budget try right after the rules' own program?
 
-    .venv/bin/python -m bench.studies.rule_portfolio [--quality 20] [--train 16] [--out FILE]
+    .venv/bin/python -m bench.studies.rule_portfolio [--quality 20] [--train 16] [--candidates A,B] [--out FILE]
 
 Per task, in one measurement call (``bench.studies.rule_variants.judge_variants``: checked, 3 x 3
 runs, median, beside the key's fastest corpus record and MetaSchedule@256 where cached): the
@@ -32,15 +32,21 @@ CANDIDATES: dict[str, dict] = {"sweep": {"blocking": "sweep"}, "panel": {"blocki
                                "kc6": {"inner_reduction": 6}, "kc4": {"inner_reduction": 4},
                                # deeper: MetaSchedule@1000's best program of BERT's 768 -> 3072 dense
                                # is the rules' 8 x 32 register tile at kc 48 (Rocket Lake, 2026-12-07)
-                               "kc32": {"inner_reduction": 32}, "kc48": {"inner_reduction": 48}}
+                               "kc32": {"inner_reduction": 32}, "kc48": {"inner_reduction": 48},
+                               # coarser parallel chunks (blocking.CHUNKS_PER_CORE 8), alone and with a deeper
+                               # kc: MetaSchedule@1000's BERT dense programs run 4 chunks in all (Rocket Lake)
+                               "chunks1": {"chunks_per_core": 1},
+                               "chunks1_kc16": {"chunks_per_core": 1, "inner_reduction": 16},
+                               "chunks1_kc24": {"chunks_per_core": 1, "inner_reduction": 24}}
 
 
-def portfolio_speeds(rows: list[dict], reference: str, size: int) -> list[tuple[float, tuple[str, ...]]]:
-    """Every ``size``-subset of :data:`CANDIDATES`: the geomean of ``reference``'s latency over
+def portfolio_speeds(rows: list[dict], reference: str, size: int,
+                     candidates: list[str] | None = None) -> list[tuple[float, tuple[str, ...]]]:
+    """Every ``size``-subset of ``candidates`` (default :data:`CANDIDATES`): the geomean of ``reference``'s latency over
     the fastest of the rules and the subset, best first (rows lacking the reference left out)."""
     rows = [r for r in rows if reference in r["latency_s"] and "rules" in r["latency_s"]]
     out = []
-    for combo in itertools.combinations(CANDIDATES, size):
+    for combo in itertools.combinations(candidates or list(CANDIDATES), size):
         speeds = [r["latency_s"][reference] / min(r["latency_s"][m] for m in ("rules", *combo) if m in r["latency_s"])
                   for r in rows]
         out.append((geomean(speeds), combo))
@@ -51,8 +57,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quality", type=int, default=20, help="the N heaviest judging tasks (as bench.quality --tasks N)")
     ap.add_argument("--train", type=int, default=16, help="the first N workloads of the key's fixed training sample")
+    ap.add_argument("--candidates", default=",".join(CANDIDATES),
+                    help="comma-separated names of CANDIDATES to measure (default: all)")
     ap.add_argument("--out", default=None, help="default bench/results/rule_portfolio-<key>.json")
     args = ap.parse_args()
+    chosen = [c for c in args.candidates.split(",") if c]
+    if unknown := [c for c in chosen if c not in CANDIDATES]:
+        ap.error(f"unknown candidate {unknown[0]!r}; one of {', '.join(CANDIDATES)}")
     refuse_beside_measuring("judge the rules' variants")
 
     from bench.judging import CORPUS, judging_set, training_sample
@@ -62,14 +73,14 @@ def main() -> None:
 
     hw = detect_hardware("cpu")
     variants = {"rules": lambda t: rule_schedule(t, hw).schedule}
-    variants |= {name: (lambda o: lambda t: rule_schedule(t, hw, **o).schedule)(o) for name, o in CANDIDATES.items()}
+    variants |= {name: (lambda o: lambda t: rule_schedule(t, hw, **o).schedule)(CANDIDATES[name]) for name in chosen}
     t0 = time.time()
-    res: dict = {"machine": machine(hw), "hardware": hw.key, "candidates": CANDIDATES, "sets": {}}
+    res: dict = {"machine": machine(hw), "hardware": hw.key, "candidates": {c: CANDIDATES[c] for c in chosen}, "sets": {}}
     for name, tasks, reference in (("quality", judging_set(hw, corpus_dir=CORPUS, max_tasks=args.quality), "ms_256"),
                                    ("train", training_sample(hw.key, corpus_dir=CORPUS, n=args.train), "corpus_best")):
         rows = judge_variants(tasks, hw, variants)
-        alone = portfolio_speeds(rows, reference, 0)[0][0]
-        best = {size: portfolio_speeds(rows, reference, size)[:3] for size in range(1, len(CANDIDATES) + 1)}
+        alone = portfolio_speeds(rows, reference, 0, chosen)[0][0]
+        best = {size: portfolio_speeds(rows, reference, size, chosen)[:3] for size in range(1, len(chosen) + 1)}
         res["sets"][name] = {"reference": reference, "rules": alone, "rows": rows,
                              "portfolios": {size: [{"speed": s, "variants": list(c)} for s, c in b]
                                             for size, b in best.items()}}

@@ -258,6 +258,28 @@ def test_the_inner_reduction_cap_is_a_knob_of_its_own_and_the_tall_sweep_doubles
         rule_schedule(task, hw, inner_reduction=0)
 
 
+def test_the_sweeps_parallel_chunks_per_core_are_a_knob_and_the_micro_tile_stays():
+    """``chunks_per_core`` sets how many parallel chunks per core the sweep's outer level S0 aims
+    for (BERT's 128 x 768 -> 3072 dense on a 2-core AVX-512: 96 columns of micro-tiles, 12 chunks
+    by default, the largest divisor up to 16; 2 at one); what a chunk no longer holds moves to its
+    sweep, the micro-tile and kc stay; below 1 it is refused."""
+    from collectors.rules import VARIANTS
+    from tests.helpers.corpora import fixed_cpu
+    from tests.helpers.workloads import make_task, matmul
+
+    hw = fixed_cpu("rocketlake")
+    task = make_task(matmul(128, 768, 3072), "dense", "matmul")
+    base, coarse = rule_schedule(task, hw).decisions, rule_schedule(task, hw, chunks_per_core=1).decisions
+    spatial = sorted(i for i, d in base.items() if isinstance(d, list) and len(d) == 4)
+    assert [math.prod(base[i][0] for i in spatial), math.prod(coarse[i][0] for i in spatial)] == [12, 2]
+    for i in spatial:
+        assert base[i][3] == coarse[i][3] and math.prod(base[i]) == math.prod(coarse[i])
+    assert {i: d for i, d in coarse.items() if i not in spatial} == {i: d for i, d in base.items() if i not in spatial}
+    assert {"chunks_per_core": 1, "inner_reduction": 16} in VARIANTS  # a second opinion
+    with pytest.raises(ValueError, match="chunks_per_core must be at least 1, got 0"):
+        rule_schedule(task, hw, chunks_per_core=0)
+
+
 def test_a_packed_weight_lifts_the_inner_reduction_cap_to_the_l1_rule():
     """A layout-free B (a deployer's prepacked weight) is stored in the order the tiles walk, so
     its kc rows no longer share an L1 set: kc as deep as both micro-panels fit half the L1 (64 on
