@@ -16,7 +16,7 @@ The public API, in the order data flows through it (each name lives in one modul
 * :mod:`.program`       - ``apply_sentence``: replay, nothing repaired, every postprocessor accepts
 """
 from tlm.language.decisions import (
-    LIVENESS_WALKS, DecisionState, build_trace, first_live, live_sketches, requested_decisions, tile_factor_values)
+    LIVENESS_WALKS, DecisionState, build_trace, first_live, is_live, live_sketches, requested_decisions, tile_factor_values)
 from tlm.language.errors import LanguageError
 from tlm.language.numbers import divisors, number_tokens
 from tlm.language.program import InvalidProgram, Program, apply_sentence, check_trace
@@ -28,7 +28,8 @@ from tlm.language.words import (
     BOS, DECIDE, DEFAULT_LANGUAGE, EOS, GROUP_WORD, ISA_WORDS, LANGUAGE_VERSIONS, LOCATION_WORDS, PAD, UNK, word_order)
 
 __all__ = [
-    "LIVENESS_WALKS", "DecisionState", "build_trace", "first_live", "live_sketches", "requested_decisions", "tile_factor_values",
+    "LIVENESS_WALKS", "DecisionState", "build_trace", "first_live", "is_live", "live_sketches", "requested_decisions",
+    "tile_factor_values",
     "LanguageError", "divisors", "number_tokens", "InvalidProgram", "Program", "apply_sentence", "check_trace",
     "DEFAULT_LANGUAGE", "LANGUAGE_VERSIONS", "sentence_language", "Sentence", "decode", "encode", "hardware_tokens", "legal_next_tokens", "match_prompt", "prompt_tokens",
     "read_decisions", "sketch_tokens", "split_words", "task_tokens", "INSTRUCTION_KINDS", "Choice", "Sketch",

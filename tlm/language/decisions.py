@@ -251,16 +251,17 @@ def live_sketches(space: Space) -> list[Sketch]:
     :data:`LIVENESS_WALKS` seeded walks through the legal words, pass every postprocessor;
     the verdict is kept on ``Sketch.dead`` ("" alive, else the last refusal).
     """
-    return [sk for sk in space.sketches if _alive(space, sk)]
+    return [sk for sk in space.sketches if is_live(space, sk)]
 
 
 def first_live(space: Space, sketches: Sequence[Sketch]) -> Sketch | None:
     """The first of ``sketches`` that :func:`live_sketches` would keep, checking only as far as it
     (a check replays the sketch and runs every postprocessor: ~2 ms each); None when all are dead."""
-    return next((sk for sk in sketches if _alive(space, sk)), None)
+    return next((sk for sk in sketches if is_live(space, sk)), None)
 
 
-def _alive(space: Space, sk: Sketch) -> bool:
+def is_live(space: Space, sk: Sketch) -> bool:
+    """Whether ``sk`` gives a valid program (checked once, then kept on the sketch: ``sk.dead``)."""
     if sk.dead is None:
         sk.dead = _dead_reason(space, sk)
         if sk.dead:  # a property of the design space, not a fault: the demo's compile printed 8 of these

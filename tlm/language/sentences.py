@@ -76,7 +76,7 @@ from typing import Any, Sequence
 
 from collectors.hardware import Hardware
 from collectors.tasks import Task
-from tlm.language.decisions import DecisionState, first_live, live_sketches
+from tlm.language.decisions import DecisionState, is_live, live_sketches
 from tlm.language.errors import LanguageError
 from tlm.language.numbers import number_tokens
 from tlm.language.space import INSTRUCTION_KINDS, Choice, Sketch, Space, build_space
@@ -299,7 +299,7 @@ class _StateCache:
             st.feed(words[-1])
         else:
             sketch, plen = match_prompt(space, words)
-            if first_live(space, [sketch]) is None:  # decides this sketch's life only
+            if not is_live(space, sketch):  # decides this sketch's life only
                 live = live_sketches(space)
                 if not live:
                     raise _nothing_lives(space)
@@ -347,7 +347,7 @@ def legal_next_tokens(partial: Sentence | str | Sequence[str], task: Task, hardw
             p = prompt_tokens(space, sk, language)
             if len(words) < len(p) and list(words) == p[: len(words)]:
                 extending.setdefault(sk.sketch_id, (sk, set()))[1].add(p[len(words)])
-    nxt = {w for sk, ws in extending.values() if first_live(space, [sk]) is not None for w in ws}
+    nxt = {w for sk, ws in extending.values() if is_live(space, sk) for w in ws}
     if nxt:
         return nxt
     if extending and not live_sketches(space):
