@@ -150,8 +150,9 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     core the blocked plan's sweep aims for (``blocking.CHUNKS_PER_CORE``). Raises ``ValueError`` for a
     CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
     """
-    knobs = RuleOptions(blocked, blocking, locations, unroll, planes, inner_reduction, chunks_per_core)
-    return _programs(task, hardware, [vars(knobs)])[0]
+    knobs = RuleOptions(blocked=blocked, blocking=blocking, locations=locations, unroll=unroll, planes=planes,
+                        inner_reduction=inner_reduction, chunks_per_core=chunks_per_core)
+    return _programs(task, hardware, [knobs])[0]
 
 
 def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any], ...] = VARIANTS) -> list[RuleSchedule]:
@@ -160,13 +161,12 @@ def rule_variants(task: Task, hardware: Hardware, variants: tuple[dict[str, Any]
     ``ValueError`` as :func:`rule_schedule` does when the rules' own program has no sketch; a
     variant no sketch accepts is left out. Programs may repeat (a variant the rules' own choice
     already made)."""
-    return _programs(task, hardware, [{}, *variants])
+    return _programs(task, hardware, [RuleOptions(), *(RuleOptions(**v) for v in variants)])
 
 
-def _programs(task: Task, hardware: Hardware, options: list[dict[str, Any]]) -> list[RuleSchedule]:
-    """The program of each of ``options`` (:class:`RuleOptions`, the defaults where absent) on one
-    design space; the first must give one, a later one without is left out."""
-    opts = [_checked(hardware, RuleOptions(**o)) for o in options]
+def _programs(task: Task, hardware: Hardware, options: list[RuleOptions]) -> list[RuleSchedule]:
+    """The program of each of ``options`` on one design space (the first must give one)."""
+    opts = [_checked(hardware, o) for o in options]
     t0 = time.perf_counter()
     sketches = design_space(as_module(task.mod), hardware)
     built = time.perf_counter() - t0

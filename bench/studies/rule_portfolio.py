@@ -42,8 +42,9 @@ CANDIDATES: dict[str, dict] = {"sweep": {"blocking": "sweep"}, "panel": {"blocki
 
 def portfolio_speeds(rows: list[dict], reference: str, size: int,
                      candidates: list[str] | None = None) -> list[tuple[float, tuple[str, ...]]]:
-    """Every ``size``-subset of ``candidates`` (default :data:`CANDIDATES`): the geomean of ``reference``'s latency over
-    the fastest of the rules and the subset, best first (rows lacking the reference left out)."""
+    """Every ``size``-subset of ``candidates`` (default :data:`CANDIDATES`): the geomean of
+    ``reference``'s latency over the fastest of the rules and the subset, best first (rows lacking
+    the reference left out)."""
     rows = [r for r in rows if reference in r["latency_s"] and "rules" in r["latency_s"]]
     out = []
     for combo in itertools.combinations(candidates or list(CANDIDATES), size):
