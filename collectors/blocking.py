@@ -334,6 +334,12 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
       ran 1.2-10x slower than 8-16 on the Zen 3, kc as deep as the rows' distinct L1 sets allow
       0.88x kc <= 8); a packed B (:attr:`BlockAxes.packed`, a deployer's layout-free weight) as
       deep as the L1 rule allows: BERT's 768 x 3072 dense 2.01 -> 1.79-1.87 ms at kc 64 (Rocket Lake);
+    * a packed B under AVX-512's tall micro-tile: no sweep (S2 = 1), each micro-tile's accumulators
+      held over the whole reduction at kc ``inner_reduction`` (MetaSchedule@1000's program of BERT's
+      768 x 768 dense). Rocket Lake, BERT's three dense layers packed, two calls: 1.04-1.2x the kc 64
+      sweep (768 -> 3072 1,918 / 1,944 -> 1,732 / 1,685 us); kc 16 and 64 so ran 0.9-1.0x. Only where
+      a parallel chunk's share of B fits half the L2: every row block reads it again (GPT-2's
+      768 -> 50,304 LM head, 13 MB a chunk, made the whole model 1.07-1.14x slower so);
     * a row that is not a whole number of vectors is one partial vector, in every plan
       (:func:`micro_kernel`: 8 x 7 on a 14-wide image, not 4 x 14);
     * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial
@@ -361,17 +367,21 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     unsplittable = all(largest_divisor(e, INNER_REDUCTION) == 1 for e, r in zip(axes.extents, axes.reduce) if r)
     panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
     deep = plan_kind == "auto" and sum(axes.reduce) > 1 and not panel and not serial  # the docstring's last point
+    resident = False  # a packed B's tall micro-tiles each over the whole reduction: the docstring's second point
     if regs >= 32 and sum(axes.reduce) == 1 and not serial and not panel:  # AVX-512's matmul sweep: taller, deeper kc
         tall = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, max_vectors=2)
         if tall[0] >= SWEEP_ROWS_32:
-            (mr, nr), inner_reduction = tall, 2 * inner_reduction
+            cols = axes.extents[axes.vector]  # a chunk's share of B, for which the L2 holds the rows' re-reads:
+            chunk_b = 4 * k_total * cols // largest_divisor(cols // tall[1], hardware.cores * chunks_per_core)
+            resident = axes.packed and plan_kind == "auto" and chunk_b <= l2_bytes(hardware) // 2
+            (mr, nr), inner_reduction = tall, inner_reduction if resident else 2 * inner_reduction
     inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
     inner[axes.vector] = nr
     if axes.rows is not None:
         inner[axes.rows] = mr
     plan: dict[int, list[int]] = {}
     l1_rule = l1 // 2 // (4 * (mr + nr))  # both micro-panels within half the L1
-    k_left = max(1, l1_rule if deep or axes.packed else min(inner_reduction, l1_rule))
+    k_left = max(1, l1_rule if deep or (axes.packed and not resident) else min(inner_reduction, l1_rule))
     kc = 1
     for i in reversed(range(len(axes.extents))):
         if axes.reduce[i]:
@@ -402,7 +412,7 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
         t0 = largest_divisor(rest, parallel_left)
         parallel_left = max(1, parallel_left // t0)
         rest //= t0
-        if deep:
+        if deep or resident:
             t2 = 1
         elif i == axes.vector:  # columns of micro-tiles whose B panels (kc x nr each) share half the L2
             t2 = largest_divisor(rest, max(1, l2 // 2 // (4 * kc * nr)))

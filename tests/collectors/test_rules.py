@@ -280,25 +280,49 @@ def test_the_sweeps_parallel_chunks_per_core_are_a_knob_and_the_micro_tile_stays
         rule_schedule(task, hw, chunks_per_core=0)
 
 
+def _packed_or_not(m: int, k: int, n: int, free: list[int], hw: object) -> tuple[bool, dict]:
+    """``(B read packed, the rules' decisions)`` of an ``m x k -> n`` matmul whose parameters
+    ``free`` are layout-free (a deployer's prepacked weight is parameter 1)."""
+    from collectors.blocking import block_axes
+    from tests.helpers.workloads import make_task, matmul
+
+    mod = matmul(m, k, n)
+    mod = type(mod)({"main": mod["main"].with_attr("layout_free_buffers", free)}) if free else mod
+    return block_axes(mod, "C").packed, rule_schedule(make_task(mod, "dense", "matmul"), hw).decisions
+
+
 def test_a_packed_weight_lifts_the_inner_reduction_cap_to_the_l1_rule():
     """A layout-free B (a deployer's prepacked weight) is stored in the order the tiles walk, so
     its kc rows no longer share an L1 set: kc as deep as both micro-panels fit half the L1 (64 on
-    BERT's 768 x 3072 dense against 16 unpacked: 2.01 -> 1.79-1.87 ms, Rocket Lake). A layout-free
-    A alone (not the vector-loaded input) changes nothing."""
-    from collectors.blocking import block_axes
+    BERT's 768 x 3072 dense against 16 unpacked: 2.01 -> 1.79-1.87 ms, Rocket Lake), where the
+    sweep stays (a chunk's share of B beyond half the L2: GPT-2's LM head). A layout-free A alone
+    (not the vector-loaded input) changes nothing."""
     from tests.helpers.corpora import fixed_cpu
-    from tests.helpers.workloads import make_task, matmul
 
     hw = fixed_cpu("rocketlake")
 
     def kc_of(free: list[int]) -> tuple[bool, int]:
-        mod = matmul(128, 3072, 768)
-        mod = type(mod)({"main": mod["main"].with_attr("layout_free_buffers", free)}) if free else mod
-        decisions = rule_schedule(make_task(mod, "dense", "matmul"), hw).decisions
-        return block_axes(mod, "C").packed, next(d[1] for d in decisions.values() if isinstance(d, list) and len(d) == 2)
+        packed, decisions = _packed_or_not(128, 768, 50304, free, hw)
+        return packed, next(d[1] for d in decisions.values() if isinstance(d, list) and len(d) == 2)
 
     assert kc_of([]) == (False, 16) and kc_of([0]) == (False, 16)
     assert kc_of([1]) == (True, 64)
+
+
+def test_a_packed_weight_whose_chunks_fit_the_l2_keeps_each_micro_tile_over_the_whole_reduction():
+    """Under AVX-512's tall micro-tile a packed B takes no sweep: each 8 x 32 micro-tile's
+    accumulators are held over the whole reduction at kc ``INNER_REDUCTION``, the row blocks in S1,
+    the parallel chunks over the columns (BERT's packed 768 -> 768 dense 1.04-1.1x the kc 64 sweep,
+    its 768 -> 3072 one 1.1-1.47x, Rocket Lake); unpacked, the same matmul keeps the sweep."""
+    from collectors.blocking import INNER_REDUCTION
+    from tests.helpers.corpora import fixed_cpu
+
+    hw = fixed_cpu("rocketlake")
+    packed, resident = _packed_or_not(128, 768, 768, [1], hw)
+    _, swept = _packed_or_not(128, 768, 768, [], hw)
+    tiles = lambda ds: [d for d in ds.values() if isinstance(d, list)]  # noqa: E731 - rows, columns, reduction
+    assert packed and tiles(resident) == [[1, 16, 1, 8], [12, 2, 1, 32], [768 // INNER_REDUCTION, INNER_REDUCTION]]
+    assert [t[2] for t in tiles(swept)[:2]] != [1, 1]  # the sweep: a block of micro-tiles in S2
 
 
 def test_a_convolution_that_takes_no_panel_plan_keeps_its_micro_tiles_over_a_deep_reduction():
