@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Any
 
+from collectors.block_axes import BlockAxes
 from collectors.hardware import Hardware, vector_registers
 from collectors.tir import vector_lanes
 
@@ -58,120 +57,6 @@ def l1_bytes(hardware: Hardware) -> int:
 def l2_bytes(hardware: Hardware) -> int:
     """L2 cache of the host (sysfs index2), or the default for a hardware that is not this host."""
     return _cache_bytes(hardware, 2, DEFAULT_L2_BYTES)
-
-
-@dataclass(frozen=True)
-class BlockAxes:
-    """What the blocked (BLIS-style) plan needs of a block: its loops' extents and kinds in order,
-    which spatial loop is the output's contiguous axis, and which one reuses the vector loads."""
-
-    extents: tuple[int, ...]
-    reduce: tuple[bool, ...]
-    vector: int  # loop index of the output's stride-1 axis
-    rows: int | None  # loop index of the axis the vector-loaded input does not depend on (None: none)
-    #: per loop, the elements of the inputs that do not depend on it: what every parallel chunk of
-    #: a split of that loop reads again (a matmul's ``i``: all of B; its ``j``: all of A)
-    reread: tuple[int, ...] = ()
-    #: a vector-loaded input is read at a stride along the vector axis (a stride-2 convolution's
-    #: ``x * 2 + rx``): a vector of outputs gathers its inputs
-    strided: bool = False
-    #: loop index of the axis before the vector axis when the (that axis x vector axis) plane is
-    #: one contiguous run in the output and every vector-loaded input (a 1x1 convolution's image:
-    #: rows ``W`` floats apart in buffers ``W`` wide), else None: a vector may span the plane
-    plane: int | None = None
-    #: every vector-loaded input is a layout-free parameter: ``RewriteLayout`` stores it in the
-    #: order the tiles walk (BLIS's packed B), so its kc rows lie one after another, not a row apart
-    packed: bool = False
-
-
-def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
-    """The :class:`BlockAxes` of ``block_name`` in an unscheduled module (None: not a plain
-    loop nest over its iterators, or no contiguous output axis)."""
-    from tvm.tirx.analysis import undefined_vars
-
-    from collectors.layout import layout_free_params
-    from collectors.tir import as_module, block_realizes, contiguous_axis, is_reduction
-
-    func = next(iter(as_module(mod).functions.values()))
-    found = next((r for r, _ in block_realizes(func.body) if str(r.block.name_hint) == block_name), None)
-    if found is None:
-        return None
-    vec, loaded = contiguous_axis(found.block)
-    if vec is None:
-        return None
-    ivs = list(found.block.iter_vars)
-    strided = any(_stride(r.region[-1].min, ivs[vec].var) != 1 for r in loaded)
-    used = set()  # what the inputs loaded as vectors depend on
-    for r in loaded:
-        for rng in r.region:
-            used |= set(undefined_vars(rng.min))
-    reduce = tuple(is_reduction(iv) for iv in ivs)
-    extents = tuple(int(iv.dom.extent) for iv in ivs)
-    rows = [i for i, iv in enumerate(ivs) if not reduce[i] and i != vec and iv.var not in used and extents[i] > 1]
-    reread = rereads(found.block)
-    free = [func.params[i] for i in layout_free_params(func) or []]  # TVM 0.27: the parameters are the buffers
-    packed = bool(loaded) and all(any(r.source.same_as(b) for b in free) for r in loaded)
-    return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None, reread,
-                     strided and len(found.block.reads) >= 2, _contiguous_plane(found.block, vec, loaded), packed)
-
-
-def rereads(block: Any, *, in_bytes: bool = False) -> tuple[int, ...]:
-    """Per iterator of ``block``, the elements (``in_bytes``: bytes) of the inputs that do not
-    depend on it: what every parallel chunk of a split of its loop reads again
-    (:attr:`BlockAxes.reread`; an input of symbolic shape is not weighed)."""
-    import tvm
-    from tvm.tirx.analysis import undefined_vars
-
-    ivs = list(block.iter_vars)
-    write = block.writes[0].source
-    out = [0] * len(ivs)
-    for r in block.reads:
-        if r.source.same_as(write):
-            continue
-        depends = set()
-        for rng in r.region:
-            depends |= set(undefined_vars(rng.min))
-        shape = [d for d in r.source.shape if isinstance(d, tvm.tirx.IntImm)]
-        size = math.prod(int(d) for d in shape) if len(shape) == len(r.source.shape) else 0
-        if in_bytes:
-            size *= tvm.DataType(str(r.source.dtype)).bits // 8
-        for i, iv in enumerate(ivs):
-            if iv.var not in depends:
-                out[i] += size
-    return tuple(out)
-
-
-def _contiguous_plane(block: Any, vec: int, loaded: list) -> int | None:
-    """:attr:`BlockAxes.plane`: the spatial iterator before ``vec`` when the output and each
-    vector-loaded input index their last two dimensions by (it, ``vec``'s) alone, at stride 1
-    (iterators of extent 1, a 1x1 kernel's taps, aside), their last dimension as long as ``vec``'s
-    extent."""
-    import tvm
-    from tvm.tirx.analysis import undefined_vars
-
-    ivs = list(block.iter_vars)
-    if vec == 0 or int(ivs[vec - 1].iter_type) != 0:  # 0: data parallel
-        return None
-    unit = {iv.var for iv in ivs if int(iv.dom.extent) == 1}
-    width = int(ivs[vec].dom.extent)
-
-    def only(index: Any, var: Any) -> bool:
-        return _stride(index, var) == 1 and all(v.same_as(var) or v in unit for v in undefined_vars(index))
-    for region in [block.writes[0], *loaded]:
-        shape, idx = region.source.shape, region.region
-        if (len(idx) < 2 or not isinstance(shape[-1], tvm.tirx.IntImm) or int(shape[-1]) != width
-                or not only(idx[-1].min, ivs[vec].var) or not only(idx[-2].min, ivs[vec - 1].var)):
-            return None
-    return vec - 1
-
-
-def _stride(index: Any, var: Any) -> int | None:
-    """The coefficient of ``var`` in ``index`` (None: not linear in it)."""
-    import tvm
-    from tvm.sym.pattern import detect_linear_equation  # TVM 0.27's home of tvm.arith's
-
-    coef = detect_linear_equation(index, [var])
-    return int(coef[0]) if len(coef) and isinstance(coef[0], tvm.tirx.IntImm) else None
 
 
 def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
@@ -361,24 +246,28 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     rows_ext = axes.extents[axes.rows] if axes.rows is not None else 1
     mr, nr = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs)
     k_total = math.prod(e for e, r in zip(axes.extents, axes.reduce) if r)
-    l1 = l1_bytes(hardware)
+    l1, l2 = l1_bytes(hardware), l2_bytes(hardware)
     # a reduction with no divisor up to INNER_REDUCTION (ViT's 197 tokens) leaves the sweep one
     # step deep (kc = 1): it re-sweeps its block K times; the panel plan ran 2.8x it (Rocket Lake)
     unsplittable = all(largest_divisor(e, INNER_REDUCTION) == 1 for e, r in zip(axes.extents, axes.reduce) if r)
     panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
     deep = plan_kind == "auto" and sum(axes.reduce) > 1 and not panel and not serial  # the docstring's last point
-    resident = False  # a packed B's tall micro-tiles each over the whole reduction: the docstring's second point
+    tall = False
     if regs >= 32 and sum(axes.reduce) == 1 and not serial and not panel:  # AVX-512's matmul sweep: taller, deeper kc
-        tall = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, max_vectors=2)
-        if tall[0] >= SWEEP_ROWS_32:
-            cols = axes.extents[axes.vector]  # a chunk's share of B, for which the L2 holds the rows' re-reads:
-            chunk_b = 4 * k_total * cols // largest_divisor(cols // tall[1], hardware.cores * chunks_per_core)
-            resident = axes.packed and plan_kind == "auto" and chunk_b <= l2_bytes(hardware) // 2
-            (mr, nr), inner_reduction = tall, inner_reduction if resident else 2 * inner_reduction
+        kernel = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, max_vectors=2)
+        if kernel[0] >= SWEEP_ROWS_32:
+            (mr, nr), tall = kernel, True
     inner = {i: 1 for i, r in enumerate(axes.reduce) if not r}
     inner[axes.vector] = nr
     if axes.rows is not None:
         inner[axes.rows] = mr
+    spatial = [i for i, r in enumerate(axes.reduce) if not r]
+    chunks = _chunks(axes, spatial, inner, hardware.cores * chunks_per_core)
+    # a packed B's tall micro-tiles each over the whole reduction (the docstring's second point) where a
+    # chunk's share of B, which every block of rows reads again, fits half the L2
+    resident = tall and axes.packed and plan_kind == "auto" and \
+        4 * k_total * axes.extents[axes.vector] // chunks[axes.vector] <= l2 // 2
+    inner_reduction = 2 * inner_reduction if tall and not resident else inner_reduction
     plan: dict[int, list[int]] = {}
     l1_rule = l1 // 2 // (4 * (mr + nr))  # both micro-panels within half the L1
     k_left = max(1, l1_rule if deep or (axes.packed and not resident) else min(inner_reduction, l1_rule))
@@ -389,13 +278,11 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
             k_left = max(1, k_left // k1)
             kc *= k1
             plan[i] = [axes.extents[i] // k1, k1]
-    spatial = [i for i, r in enumerate(axes.reduce) if not r]
     if serial:
         for i in spatial:
             rest = axes.extents[i] // inner[i]
             plan[i] = [1, 1, rest, inner[i]]  # S0 and S1 would be fused into a parallel loop
         return plan
-    l2 = l2_bytes(hardware)
     if panel:
         for i in spatial:
             if i == axes.rows:
@@ -406,12 +293,8 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
         if axes.rows is not None:  # every block of rows a parallel chunk of its own: see panel_fits
             plan[axes.rows] = [axes.extents[axes.rows] // mr, 1, 1, mr]
         return plan
-    parallel_left = hardware.cores * chunks_per_core  # the sweep's chunks (the panel plan: a block of rows each)
-    for i in _split_order(axes, spatial):
-        rest = axes.extents[i] // inner[i]
-        t0 = largest_divisor(rest, parallel_left)
-        parallel_left = max(1, parallel_left // t0)
-        rest //= t0
+    for i, t0 in chunks.items():  # the sweep's chunks (the panel plan: a block of rows each)
+        rest = axes.extents[i] // inner[i] // t0
         if deep or resident:
             t2 = 1
         elif i == axes.vector:  # columns of micro-tiles whose B panels (kc x nr each) share half the L2
@@ -439,6 +322,16 @@ def _one_row_block_in_l1(plan: dict[int, list[int]], axes: BlockAxes, l1: int) -
     t0, t1, t2, nr = plan[axes.vector]
     fits = largest_divisor(t2, max(1, l1 // (4 * others * nr)))
     plan[axes.vector] = [t0, t1 * (t2 // fits), fits, nr]
+
+
+def _chunks(axes: BlockAxes, spatial: list[int], inner: dict[int, int], parallel: int) -> dict[int, int]:
+    """Per spatial loop, its parallel chunks (the sweep's S0): in :func:`_split_order`, the largest
+    divisor of its micro-tiles up to what the loops split before it left of ``parallel``."""
+    out = {}
+    for i in _split_order(axes, spatial):
+        out[i] = largest_divisor(axes.extents[i] // inner[i], parallel)
+        parallel = max(1, parallel // out[i])
+    return out
 
 
 def _split_order(axes: BlockAxes, spatial: list[int]) -> list[int]:

@@ -30,7 +30,7 @@ target's vector registers an accumulator may take):
   convolutions and batched matmuls such tiles of 3 or more ran at 0.05-0.29x their task's best
   (1: 0.42x, 2: 0.34x; `bench.studies.register_tiles`), the best record holding 1 or 2 in 22 of 23 workloads;
 - ``restream``: the parallel loop splits a spatial iterator each of whose chunks reads again more
-  input than the L2 holds (``collectors.blocking.rereads``), while another that reads less again
+  input than the L2 holds (``collectors.block_axes.rereads``), while another that reads less again
   could give every core chunks of its own. Found after the first six: on the Rocket Lake the
   shipped model's slowest greedy programs split a big matmul's rows over the cores, every chunk
   streaming all of B (ViT's 197 x 768 x 3072 dense 16x slower than the rules' program, which
@@ -169,12 +169,13 @@ def loop_shape(mod: Any, hardware: Any) -> LoopShape | None:
 
 def _restreams(block: Any, binding: dict, loops: Sequence[Any], axis: int | None, hardware: Any, lanes: int) -> bool:
     """The ``restream`` mode: a spatial iterator split by the parallel loop, each of whose chunks
-    reads again more input than the L2 holds (``collectors.blocking.rereads``: a matmul's rows
+    reads again more input than the L2 holds (``collectors.block_axes.rereads``: a matmul's rows
     read all of B), while another spatial iterator that reads less again spans enough values to
     give every core chunks of its own (whole vectors of it, on the stride-1 axis)."""
     from tvm import ir, sym, tirx
 
-    from collectors.blocking import l2_bytes, rereads
+    from collectors.block_axes import rereads
+    from collectors.blocking import l2_bytes
 
     reread, cache = rereads(block, in_bytes=True), l2_bytes(hardware)
     cores = int(getattr(hardware, "cores", 1) or 1)

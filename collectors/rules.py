@@ -70,8 +70,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.blocking import (CHUNKS_PER_CORE, INNER_REDUCTION, PLANS, block_axes, blocked_plan, divisors,
-                                 l1_bytes, largest_divisor, unvectorized)
+from collectors.block_axes import block_axes
+from collectors.blocking import (CHUNKS_PER_CORE, INNER_REDUCTION, PLANS, blocked_plan, divisors, l1_bytes,
+                                 largest_divisor, unvectorized)
 from collectors.hardware import Hardware
 from collectors.sketches import design_space, probe_compute_location, refusing_postproc
 from collectors.tasks import Task
@@ -148,8 +149,7 @@ def rule_schedule(task: Task, hardware: Hardware, *, blocked: bool = True, block
     ``inner_reduction``: the blocked plan's cap on the inner reduction (``blocking.INNER_REDUCTION``;
     bench/studies/rule_portfolio.py measures others); ``chunks_per_core``: the parallel chunks per
     core the blocked plan's sweep aims for (``blocking.CHUNKS_PER_CORE``). Raises ``ValueError`` for a
-    CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts.
-    """
+    CUDA hardware (dlight's job) and when no sketch yields a program every postprocessor accepts."""
     knobs = RuleOptions(blocked=blocked, blocking=blocking, locations=locations, unroll=unroll, planes=planes,
                         inner_reduction=inner_reduction, chunks_per_core=chunks_per_core)
     return _programs(task, hardware, [knobs])[0]

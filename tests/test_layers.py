@@ -37,14 +37,14 @@ ALLOWED = {
 #: program beside the model's, so the served top-1 never loses to it by the cost model's reckoning;
 #: collectors.threads: healthy decoding and the whole-model compile write a parallel loop only where
 #: starting one pays, by the same estimate the rules use; collectors.host_load: decoding takes
-#: one thread while anything measures on the host, every core otherwise; collectors.blocking: healthy
-#: decoding splits a task for the cores where each chunk reads least again, by the rules' own
-#: measure of it (``rereads``) and the L2 size; collectors.op_kinds: the API reads a posted
+#: one thread while anything measures on the host, every core otherwise; collectors.block_axes and
+#: collectors.blocking: healthy decoding splits a task for the cores where each chunk reads least
+#: again, by the rules' own measure of it (``rereads``) and the L2 size; collectors.op_kinds: the API reads a posted
 #: subgraph's op kind from its program, as extraction does.
 TLM_FROM_COLLECTORS = {"collectors.hardware", "collectors.tasks", "collectors.op_kinds", "collectors.sketches", "collectors.tir",
                        "collectors.tuner", "collectors.zoo", "collectors.cost_model",
                        "collectors.layout", "collectors.fast_import", "collectors.rules", "collectors.threads",
-                       "collectors.host_load", "collectors.blocking"}
+                       "collectors.host_load", "collectors.blocking", "collectors.block_axes"}
 #: tlm's rooms, lowest first: a room may import the rooms below it, never one above.
 TLM_ROOMS = ("tlm.language", "tlm.model", "tlm.service")
 #: What the language must run without (it is TVM only).

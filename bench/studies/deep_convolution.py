@@ -42,7 +42,8 @@ def deep_tasks(hw) -> list:
 
 
 def _window(task) -> bool:
-    from collectors.blocking import block_axes, unvectorized
+    from collectors.block_axes import block_axes
+    from collectors.blocking import unvectorized
     from collectors.tir import as_module, block_realizes
 
     func = next(iter(as_module(task.mod).functions.values()))

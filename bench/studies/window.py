@@ -22,7 +22,8 @@ from bench._common import RESULTS, refuse_beside_measuring, speed_over
 def window_tasks(hw) -> list:
     """The zoo's tasks (the corpus's graphs and MobileNetV2 folded) with a window-plan block."""
     from bench.judging import cnn_tasks
-    from collectors.blocking import block_axes, unvectorized
+    from collectors.block_axes import block_axes
+    from collectors.blocking import unvectorized
     from collectors.tir import as_module, block_realizes
 
     def takes(task) -> bool:

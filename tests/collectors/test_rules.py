@@ -102,7 +102,7 @@ def test_the_micro_kernel_fills_half_the_registers_with_power_of_two_vector_rows
 def test_block_axes_name_the_contiguous_and_the_reuse_axis():
     """A matmul's rows are i (B, the vector-loaded input, does not depend on it); a convolution's
     are its output channels (the input does not depend on them); NCHW's contiguous axis is W."""
-    from collectors.blocking import block_axes
+    from collectors.block_axes import block_axes
     from tests.helpers.workloads import conv_mod, matmul
 
     mm = block_axes(matmul(64, 96, 32), "C")
@@ -179,7 +179,8 @@ def test_a_strided_depthwise_convolution_takes_the_window_plan_and_computes_the_
     row axis reuses it (EfficientNet-B0's 5x5 one ran 3.4x faster without: 355 -> 104 us on a
     Rocket Lake), so no vector, two outputs of a row at a time, the 5x5 window innermost and
     unrolled all the way; stride 1 keeps its vector; the program is right."""
-    from collectors.blocking import block_axes, unvectorized
+    from collectors.block_axes import block_axes
+    from collectors.blocking import unvectorized
     from collectors.tuner import measure_schedules
     from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import depthwise_conv_mod, make_task
@@ -209,7 +210,7 @@ def test_the_sweep_splits_over_the_cores_the_loop_whose_chunks_read_least_again(
     128 x 3072 x 768 dense layer (B 9 MB) is split over its columns (1.2-1.7x the rows first on a
     Rocket Lake), a tall 3072 x 128 one over its rows."""
     from tests.helpers.corpora import fixed_cpu
-    from collectors.blocking import block_axes
+    from collectors.block_axes import block_axes
     from tests.helpers.workloads import make_task, matmul
 
     hw = fixed_cpu("rocketlake")
@@ -280,13 +281,14 @@ def test_the_sweeps_parallel_chunks_per_core_are_a_knob_and_the_micro_tile_stays
         rule_schedule(task, hw, chunks_per_core=0)
 
 
-def _packed_or_not(m: int, k: int, n: int, free: list[int], hw: object) -> tuple[bool, dict]:
-    """``(B read packed, the rules' decisions)`` of an ``m x k -> n`` matmul whose parameters
-    ``free`` are layout-free (a deployer's prepacked weight is parameter 1)."""
-    from collectors.blocking import block_axes
+def _packed_or_not(m: int, n: int, k: int, free: list[int], hw: object) -> tuple[bool, dict]:
+    """``(B read packed, the rules' decisions)`` of a matmul of ``m`` rows, ``n`` columns and a
+    ``k``-deep reduction whose parameters ``free`` are layout-free (a deployer's prepacked weight is
+    parameter 1)."""
+    from collectors.block_axes import block_axes
     from tests.helpers.workloads import make_task, matmul
 
-    mod = matmul(m, k, n)
+    mod = matmul(m, n, k)
     mod = type(mod)({"main": mod["main"].with_attr("layout_free_buffers", free)}) if free else mod
     return block_axes(mod, "C").packed, rule_schedule(make_task(mod, "dense", "matmul"), hw).decisions
 
@@ -302,7 +304,7 @@ def test_a_packed_weight_lifts_the_inner_reduction_cap_to_the_l1_rule():
     hw = fixed_cpu("rocketlake")
 
     def kc_of(free: list[int]) -> tuple[bool, int]:
-        packed, decisions = _packed_or_not(128, 768, 50304, free, hw)
+        packed, decisions = _packed_or_not(128, 50304, 768, free, hw)
         return packed, next(d[1] for d in decisions.values() if isinstance(d, list) and len(d) == 2)
 
     assert kc_of([]) == (False, 16) and kc_of([0]) == (False, 16)
@@ -325,10 +327,25 @@ def test_a_packed_weight_whose_chunks_fit_the_l2_keeps_each_micro_tile_over_the_
     assert [t[2] for t in tiles(swept)[:2]] != [1, 1]  # the sweep: a block of micro-tiles in S2
 
 
+def test_a_packed_weight_split_over_its_rows_is_resident_only_where_all_of_it_fits_half_the_l2():
+    """Split over the cores by its rows (B the smaller input: 2048 x 3072 -> 256), every chunk
+    reads all of B (3 MB) again for each block of rows: the sweep stays (kc from the L1 rule, not
+    ``INNER_REDUCTION``). The resident rule once took a chunk's share of B as if the columns were
+    split, 8 ways here: 393 KB, under half of a 2 MB L2."""
+    from collectors.blocking import INNER_REDUCTION
+    from tests.helpers.corpora import fixed_cpu
+
+    packed, decisions = _packed_or_not(2048, 256, 3072, [1], fixed_cpu("rocketlake"))
+    tiles = [d for d in decisions.values() if isinstance(d, list)]
+    assert packed and tiles[0][0] > 1 and tiles[1][0] == 1  # the rows take the cores' chunks
+    assert tiles[2][1] > INNER_REDUCTION
+
+
 def test_a_convolution_that_takes_no_panel_plan_keeps_its_micro_tiles_over_a_deep_reduction():
     """The sweep reloads its accumulators every kc steps and a convolution's kc was 6 (ResNet-50's
     3x3 conv2d10: 2.75 ms; 0.87 ms so, on a Rocket Lake): no S2 block, kc beyond INNER_REDUCTION."""
-    from collectors.blocking import INNER_REDUCTION, block_axes, blocked_plan, l1_bytes, panel_fits
+    from collectors.block_axes import block_axes
+    from collectors.blocking import INNER_REDUCTION, blocked_plan, l1_bytes, panel_fits
     from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import conv_mod
 
@@ -349,7 +366,8 @@ def test_a_pointwise_convolution_on_a_7x7_image_vectorizes_each_channels_whole_p
     each channel's 49 outputs as one run, a block of channels in half the L1, 167 us. Not where
     the row fills its vector as well (AVX2: 7 of 8), nor on a 3x3 convolution (its plane is read
     at the taps' offsets)."""
-    from collectors.blocking import INNER_REDUCTION, block_axes, blocked_plan, l1_bytes, whole_plane
+    from collectors.block_axes import block_axes
+    from collectors.blocking import INNER_REDUCTION, blocked_plan, l1_bytes, whole_plane
     from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import conv_mod, make_task, pointwise_conv_mod
 
@@ -373,7 +391,8 @@ def test_a_one_row_micro_tile_sweeps_one_column_block_so_its_accumulators_stay_i
     """ViT's 197 tokens are prime: a one-row micro-tile of four vectors, kc 8; three column blocks
     in S2 reloaded 148 KB of accumulators every 8 steps (5.3 ms), one block 3.4-3.7 ms (Rocket
     Lake). A taller tile (BERT's 128 rows) keeps its wider block."""
-    from collectors.blocking import block_axes, blocked_plan
+    from collectors.block_axes import block_axes
+    from collectors.blocking import blocked_plan
     from tests.helpers.corpora import fixed_cpu
     from tests.helpers.workloads import matmul
 

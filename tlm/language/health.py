@@ -107,7 +107,7 @@ class CpuTiling:
     fused_at: int = 0  # the tile level (1-based) a consumer or cache write is computed at (0: none)
     shared: tuple[int, ...] = ()  # the spatial tiles over iterators every input reads (collectors.tir.shared_iterators)
     #: per spatial tile (as ``spatial``): the input bytes that do not depend on its iterator, which
-    #: every parallel chunk of a split of it reads again (``collectors.blocking.BlockAxes.reread``)
+    #: every parallel chunk of a split of it reads again (``collectors.block_axes.BlockAxes.reread``)
     reread: tuple[int, ...] = ()
     cache: int = 0  # bytes of the L2 a core streams the rest of an input from (collectors.blocking.l2_bytes)
 
@@ -196,7 +196,8 @@ def cpu_tiling(sketch: Any, mod: Any, hardware: Any) -> CpuTiling | None:
     """The :class:`CpuTiling` of ``sketch`` (a ``tlm.language.space.Sketch`` of ``mod`` on a CPU
     ``hardware``), or None when it tiles no block with a structure whose tiles split the block's
     own loops (elementwise tasks, cross-thread reductions, GPU sketches)."""
-    from collectors.blocking import l2_bytes, rereads
+    from collectors.block_axes import rereads
+    from collectors.blocking import l2_bytes
     from collectors.hardware import accumulator_registers
     from collectors.tir import block_realizes, contiguous_axis, is_reduction, plain_json, shared_iterators, vector_lanes
     from tlm.language.trace_flow import first_reshape, made_by
