@@ -33,11 +33,15 @@ class BlockAxes:
     #: every vector-loaded input is a layout-free parameter: ``RewriteLayout`` stores it in the
     #: order the tiles walk (BLIS's packed B), so its kc rows lie one after another, not a row apart
     packed: bool = False
+    #: elements from one row of the (first) vector-loaded input to the next: its last dimension's
+    #: extent (an unpacked B's N), 0 where not a constant; where its rows land in the cache's sets
+    row_elements: int = 0
 
 
 def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     """The :class:`BlockAxes` of ``block_name`` in an unscheduled module (None: not a plain
     loop nest over its iterators, or no contiguous output axis)."""
+    import tvm
     from tvm.tirx.analysis import undefined_vars
 
     from collectors.layout import layout_free_params
@@ -62,8 +66,10 @@ def block_axes(mod: Any, block_name: str) -> BlockAxes | None:
     reread = rereads(found.block)
     free = [func.params[i] for i in layout_free_params(func) or []]  # TVM 0.27: the parameters are the buffers
     packed = bool(loaded) and all(any(r.source.same_as(b) for b in free) for r in loaded)
+    last = loaded[0].source.shape[-1] if loaded else None
     return BlockAxes(extents, reduce, vec, max(rows, key=lambda i: (extents[i], i)) if rows else None, reread,
-                     strided and len(found.block.reads) >= 2, _contiguous_plane(found.block, vec, loaded), packed)
+                     strided and len(found.block.reads) >= 2, _contiguous_plane(found.block, vec, loaded), packed,
+                     int(last) if isinstance(last, tvm.tirx.IntImm) else 0)
 
 
 def rereads(block: Any, *, in_bytes: bool = False) -> tuple[int, ...]:

@@ -31,14 +31,16 @@ SWEEP_ROWS_32 = 8
 #: Used when the host's caches cannot be read (or the hardware is not this host).
 DEFAULT_L1_BYTES = 32 * 1024
 DEFAULT_L2_BYTES = 512 * 1024
+DEFAULT_L2_WAYS = 8
 
 
-def _cache_bytes(hardware: Hardware, index: int, default: int) -> int:
-    """The host's cache ``index`` from sysfs when ``hardware`` is this host's kind of CPU (the same
-    LLVM ``mcpu``); another key's rules (written here for a Zen 3, say) take ``default``."""
+def _cache_bytes(hardware: Hardware, index: int, default: int, fact: str = "size") -> int:
+    """The host's cache ``index`` (its ``fact`` in sysfs: bytes, or ``ways_of_associativity``) when
+    ``hardware`` is this host's kind of CPU (the same LLVM ``mcpu``); another key's rules (written
+    here for a Zen 3, say) take ``default``."""
     from collectors.hardware import host_cpu_target
 
-    path = f"/sys/devices/system/cpu/cpu0/cache/index{index}/size"
+    path = f"/sys/devices/system/cpu/cpu0/cache/index{index}/{fact}"
     try:
         if hardware.kind == "cpu" and hardware.target.get("mcpu") == host_cpu_target().get("mcpu") \
                 and os.path.exists(path):
@@ -57,6 +59,35 @@ def l1_bytes(hardware: Hardware) -> int:
 def l2_bytes(hardware: Hardware) -> int:
     """L2 cache of the host (sysfs index2), or the default for a hardware that is not this host."""
     return _cache_bytes(hardware, 2, DEFAULT_L2_BYTES)
+
+
+def l2_ways(hardware: Hardware) -> int:
+    """The L2's associativity (sysfs), or the default for a hardware that is not this host."""
+    return _cache_bytes(hardware, 2, DEFAULT_L2_WAYS, "ways_of_associativity")
+
+
+def resident_fits(rows: int, row_bytes: int, axes: BlockAxes, hardware: Hardware, line: int = 64) -> bool:
+    """Whether a parallel chunk's share of B (``rows`` runs of ``row_bytes``) stays in the L2 while
+    every block of rows reads it again: the resident plan's condition (:func:`blocked_plan`). A
+    packed B is contiguous: half the L2 (GPT-2's 768 -> 50,304 LM head, 13 MB a chunk, made the whole
+    model 1.07-1.14x slower with the plan). An unpacked B's rows lie a row apart: a quarter of the
+    L2, and no L2 set holding more of their lines than half its ways (rows a multiple of 4 KB apart
+    land in few sets). Rocket Lake (2 MB, 16 ways), two calls each: the 196 KB shares of BERT's and
+    GPT-2's 768 x 768 dense 1.10-1.18x the sweep (attention-like 12 x 64 x 64 x 1024 and
+    12 x 64 x 128 x 512 batched ones 1.18-1.55x); 590-786 KB shares (GPT-2's 768 x 2304, BERT's
+    768 x 3072 and 3072 x 768) 0.5-0.75x; 128-295 KB shares whose rows are 4-6 KB apart (1024 and
+    1536 wide) 0.47-0.6x."""
+    import numpy as np
+
+    l2 = l2_bytes(hardware)
+    if axes.packed:
+        return rows * row_bytes <= l2 // 2
+    ways = l2_ways(hardware)
+    sets = max(1, l2 // (line * ways))
+    starts = np.arange(rows, dtype=np.int64)[:, None] * (4 * axes.row_elements)
+    lines = (starts + np.arange(0, row_bytes, line, dtype=np.int64)[None, :]) // line
+    return rows * row_bytes <= l2 // 4 and \
+        int(np.bincount((lines % sets).ravel(), minlength=sets).max()) <= max(1, ways // 2)
 
 
 def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
@@ -91,8 +122,9 @@ def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
 #: The blocked plans (``rule_schedule(blocking=...)``; bench/studies/rules.py measures them side by side):
 #: "sweep" puts the L2 block in S2, "panel" puts S2 = 1 and the rows innermost of S1, "auto"
 #: (the default) takes the window plan where no vector pays (:func:`unvectorized`), else the
-#: panel plan where it fits (:func:`panel_fits`), else the sweep.
-PLANS = ("auto", "sweep", "panel")
+#: panel plan where it fits (:func:`panel_fits`), else the sweep; "resident" is "auto" with the
+#: resident plan (:func:`blocked_plan`'s second point) wherever the tall sweep would run.
+PLANS = ("auto", "sweep", "panel", "resident")
 
 
 def panel_fits(k_total: int, nr: int, l1: int) -> bool:
@@ -116,7 +148,7 @@ def unvectorized(axes: BlockAxes, plan_kind: str = "auto") -> bool:
     """Whether a block takes :func:`window_plan` (``plan_kind`` "auto" only; a forced plan writes
     its vectors): its vector-loaded input is read at a stride and no axis reuses a loaded vector
     (a depthwise convolution of stride 2: no register rows to pay for the gather)."""
-    return plan_kind == "auto" and axes.strided and axes.rows is None
+    return plan_kind in ("auto", "resident") and axes.strided and axes.rows is None
 
 
 #: window taps (the reduction's product) a :func:`window_plan` keeps whole in the innermost loops
@@ -219,12 +251,13 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
       ran 1.2-10x slower than 8-16 on the Zen 3, kc as deep as the rows' distinct L1 sets allow
       0.88x kc <= 8); a packed B (:attr:`BlockAxes.packed`, a deployer's layout-free weight) as
       deep as the L1 rule allows: BERT's 768 x 3072 dense 2.01 -> 1.79-1.87 ms at kc 64 (Rocket Lake);
-    * a packed B under AVX-512's tall micro-tile: no sweep (S2 = 1), each micro-tile's accumulators
-      held over the whole reduction at kc ``inner_reduction`` (MetaSchedule@1000's program of BERT's
-      768 x 768 dense). Rocket Lake, BERT's three dense layers packed, two calls: 1.04-1.2x the kc 64
-      sweep (768 -> 3072 1,918 / 1,944 -> 1,732 / 1,685 us); kc 16 and 64 so ran 0.9-1.0x. Only where
-      a parallel chunk's share of B fits half the L2: every row block reads it again (GPT-2's
-      768 -> 50,304 LM head, 13 MB a chunk, made the whole model 1.07-1.14x slower so);
+    * under AVX-512's tall micro-tile, the resident plan: no sweep (S2 = 1), each micro-tile's
+      accumulators held over the whole reduction at kc ``inner_reduction`` (MetaSchedule@1000's
+      program of BERT's 768 x 768 dense), where a parallel chunk's share of B stays in the L2 while
+      every row block reads it again (:func:`resident_fits`). Rocket Lake, two calls each: BERT's
+      three dense layers packed 1.04-1.2x the kc 64 sweep (768 -> 3072 1,918 / 1,944 -> 1,732 /
+      1,685 us; kc 16 and 64 so 0.9-1.0x); unpacked, BERT's and GPT-2's 768 x 768 ones 1.10-1.18x
+      the sweep (BERT's 601 / 588 -> 520 / 523 us, MetaSchedule@1000's program 513 / 522);
     * a row that is not a whole number of vectors is one partial vector, in every plan
       (:func:`micro_kernel`: 8 x 7 on a 14-wide image, not 4 x 14);
     * ``serial``: nothing parallel: S0 and S1 1 (the postprocessor fuses the outer spatial
@@ -239,8 +272,9 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     """
     if unvectorized(axes, plan_kind):
         return window_plan(axes, hardware, max_inner, serial)
+    auto = plan_kind in ("auto", "resident")
     lanes = vector_lanes(hardware.vector_bits, "float32")
-    if planes and plan_kind == "auto" and not serial and whole_plane(axes, lanes):
+    if planes and auto and not serial and whole_plane(axes, lanes):
         return plane_plan(axes, hardware, max_inner)
     regs = vector_registers(hardware)
     rows_ext = axes.extents[axes.rows] if axes.rows is not None else 1
@@ -250,8 +284,8 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     # a reduction with no divisor up to INNER_REDUCTION (ViT's 197 tokens) leaves the sweep one
     # step deep (kc = 1): it re-sweeps its block K times; the panel plan ran 2.8x it (Rocket Lake)
     unsplittable = all(largest_divisor(e, INNER_REDUCTION) == 1 for e, r in zip(axes.extents, axes.reduce) if r)
-    panel = plan_kind == "panel" or (plan_kind == "auto" and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
-    deep = plan_kind == "auto" and sum(axes.reduce) > 1 and not panel and not serial  # the docstring's last point
+    panel = plan_kind == "panel" or (auto and (panel_fits(k_total, nr, l1) or (nr > 1 and unsplittable)))
+    deep = auto and sum(axes.reduce) > 1 and not panel and not serial  # the docstring's last point
     tall = False
     if regs >= 32 and sum(axes.reduce) == 1 and not serial and not panel:  # AVX-512's matmul sweep: taller, deeper kc
         kernel = micro_kernel(rows_ext, axes.extents[axes.vector], lanes, regs, max_vectors=2)
@@ -265,8 +299,8 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     chunks = _chunks(axes, spatial, inner, hardware.cores * chunks_per_core)
     # a packed B's tall micro-tiles each over the whole reduction (the docstring's second point) where a
     # chunk's share of B, which every block of rows reads again, fits half the L2
-    resident = tall and axes.packed and plan_kind == "auto" and \
-        4 * k_total * axes.extents[axes.vector] // chunks[axes.vector] <= l2 // 2
+    resident = tall and (plan_kind == "resident" or plan_kind == "auto" and resident_fits(
+        k_total, 4 * axes.extents[axes.vector] // chunks[axes.vector], axes, hardware))
     inner_reduction = 2 * inner_reduction if tall and not resident else inner_reduction
     plan: dict[int, list[int]] = {}
     l1_rule = l1 // 2 // (4 * (mr + nr))  # both micro-panels within half the L1

@@ -37,7 +37,10 @@ CANDIDATES: dict[str, dict] = {"sweep": {"blocking": "sweep"}, "panel": {"blocki
                                # kc: MetaSchedule@1000's BERT dense programs run 4 chunks in all (Rocket Lake)
                                "chunks1": {"chunks_per_core": 1},
                                "chunks1_kc16": {"chunks_per_core": 1, "inner_reduction": 16},
-                               "chunks1_kc24": {"chunks_per_core": 1, "inner_reduction": 24}}
+                               "chunks1_kc24": {"chunks_per_core": 1, "inner_reduction": 24},
+                               # each tall micro-tile over the whole reduction wherever the sweep would run
+                               # (blocking.PLANS' "resident"; "auto" only where resident_fits)
+                               "resident": {"blocking": "resident"}}
 
 
 def portfolio_speeds(rows: list[dict], reference: str, size: int,

@@ -281,16 +281,21 @@ def test_the_sweeps_parallel_chunks_per_core_are_a_knob_and_the_micro_tile_stays
         rule_schedule(task, hw, chunks_per_core=0)
 
 
-def _packed_or_not(m: int, n: int, k: int, free: list[int], hw: object) -> tuple[bool, dict]:
+def _packed_or_not(m: int, n: int, k: int, free: list[int], hw: object, **options: object) -> tuple[bool, dict]:
     """``(B read packed, the rules' decisions)`` of a matmul of ``m`` rows, ``n`` columns and a
     ``k``-deep reduction whose parameters ``free`` are layout-free (a deployer's prepacked weight is
-    parameter 1)."""
+    parameter 1); ``options`` go to ``rule_schedule``."""
     from collectors.block_axes import block_axes
     from tests.helpers.workloads import make_task, matmul
 
     mod = matmul(m, n, k)
     mod = type(mod)({"main": mod["main"].with_attr("layout_free_buffers", free)}) if free else mod
-    return block_axes(mod, "C").packed, rule_schedule(make_task(mod, "dense", "matmul"), hw).decisions
+    return block_axes(mod, "C").packed, rule_schedule(make_task(mod, "dense", "matmul"), hw, **options).decisions
+
+
+def _tiles(decisions: dict) -> list[list[int]]:
+    """The tile decisions, outer loops first (a matmul's rows, columns, reduction)."""
+    return [d for d in decisions.values() if isinstance(d, list)]
 
 
 def test_a_packed_weight_lifts_the_inner_reduction_cap_to_the_l1_rule():
@@ -315,16 +320,34 @@ def test_a_packed_weight_whose_chunks_fit_the_l2_keeps_each_micro_tile_over_the_
     """Under AVX-512's tall micro-tile a packed B takes no sweep: each 8 x 32 micro-tile's
     accumulators are held over the whole reduction at kc ``INNER_REDUCTION``, the row blocks in S1,
     the parallel chunks over the columns (BERT's packed 768 -> 768 dense 1.04-1.1x the kc 64 sweep,
-    its 768 -> 3072 one 1.1-1.47x, Rocket Lake); unpacked, the same matmul keeps the sweep."""
+    its 768 -> 3072 one 1.1-1.47x, Rocket Lake); the forced sweep keeps a block of micro-tiles."""
     from collectors.blocking import INNER_REDUCTION
     from tests.helpers.corpora import fixed_cpu
 
     hw = fixed_cpu("rocketlake")
     packed, resident = _packed_or_not(128, 768, 768, [1], hw)
-    _, swept = _packed_or_not(128, 768, 768, [], hw)
-    tiles = lambda ds: [d for d in ds.values() if isinstance(d, list)]  # noqa: E731 - rows, columns, reduction
-    assert packed and tiles(resident) == [[1, 16, 1, 8], [12, 2, 1, 32], [768 // INNER_REDUCTION, INNER_REDUCTION]]
-    assert [t[2] for t in tiles(swept)[:2]] != [1, 1]  # the sweep: a block of micro-tiles in S2
+    assert packed and _tiles(resident) == [[1, 16, 1, 8], [12, 2, 1, 32], [768 // INNER_REDUCTION, INNER_REDUCTION]]
+    swept = _tiles(_packed_or_not(128, 768, 768, [1], hw, blocking="sweep")[1])
+    assert [t[2] for t in swept[:2]] != [1, 1]  # the sweep: a block of micro-tiles in S2
+
+
+def test_an_unpacked_weight_is_resident_only_where_a_chunks_rows_fit_a_quarter_of_the_l2_in_distinct_sets(monkeypatch):
+    """An unpacked B's rows lie a row apart: the resident plan holds where a chunk's share of them
+    fits a quarter of the L2 and no L2 set takes more of their lines than half its ways (Rocket
+    Lake, 2 MB, 16 ways, two calls each: 128 x 768 x 768 1.12-1.21x the sweep; rows 4 KB apart,
+    1024 wide, 0.55x though 256 KB; 768 deep x 3072 wide, 590 KB a chunk, 0.5x)."""
+    import collectors.blocking as blocking
+    from collectors.blocking import INNER_REDUCTION
+    from tests.helpers.corpora import fixed_cpu
+
+    monkeypatch.setattr(blocking, "l2_bytes", lambda hw: 2 * 1024 * 1024)  # the host's caches, wherever it runs
+    monkeypatch.setattr(blocking, "l2_ways", lambda hw: 16)
+    hw = fixed_cpu("rocketlake")
+    packed, resident = _packed_or_not(128, 768, 768, [], hw)
+    assert not packed and _tiles(resident) == [[1, 16, 1, 8], [12, 2, 1, 32], [768 // INNER_REDUCTION, INNER_REDUCTION]]
+    for n, k in ((1024, 1024), (3072, 768), (768, 3072)):
+        swept = _tiles(_packed_or_not(128, n, k, [], hw)[1])
+        assert [t[2] for t in swept[:2]] != [1, 1], (n, k)  # the sweep: a block of micro-tiles in S2
 
 
 def test_a_packed_weight_split_over_its_rows_is_resident_only_where_all_of_it_fits_half_the_l2():
@@ -414,7 +437,7 @@ def test_a_reduction_with_no_small_divisor_takes_the_panel_plan():
     prime = _spatial_tiles(rule_schedule(make_task(batch_matmul(12, 64, 64, 1031), "bmm", "matmul"), hw).decisions)
     assert all(t[2] == 1 for t in prime)
     even = _spatial_tiles(rule_schedule(make_task(batch_matmul(12, 64, 64, 1024), "bmm", "matmul"), hw).decisions)
-    assert any(t[2] > 1 for t in even)
+    assert [t[3] for t in even] == [1, 8, 32]  # no panel: AVX-512's tall 8 x 32 micro-tile (the resident plan)
 
 
 def _row_max(rows: int, k: int):
