@@ -28,6 +28,14 @@ INNER_REDUCTION = 8
 #: 16 x 16 0.88-0.96x: the taller tile pays only with the deeper kc. Not for convolutions: ResNet-50's
 #: conv2d2 ran 0.68x so (5 other convolutions 0.8-1.2x).
 SWEEP_ROWS_32 = 8
+#: Rows of a micro-tile whose row is no vector (an output axis with no divisor up to the lanes:
+#: GPT-2's 50,257-wide vocabulary): MetaSchedule's postprocessor vectorizes the innermost loop,
+#: the tile's rows, into gathers a row of A and scatters a row of C apart. Rocket Lake, its three
+#: vocabulary matmuls (32-128 rows), one call each: 16 rows 122-467 ms, 2 rows 28-112 ms (4.2-4.4x;
+#: 1 row 3.3x; the corpus's best record of the 128-row one 129 ms). Not where the output axis is
+#: one wide (EfficientNet-B0's squeeze convolutions, 1 x 1 images: their rows, the channels, lie
+#: next to each other): capped there too, 30 of them ran 0.12-1.34x.
+SCALAR_ROWS = 2
 #: Used when the host's caches cannot be read (or the hardware is not this host).
 DEFAULT_L1_BYTES = 32 * 1024
 DEFAULT_L2_BYTES = 512 * 1024
@@ -104,14 +112,14 @@ def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
     convolutions; on a Rocket Lake 12 of 12 workloads so changed ran 1.0-8.4x, ResNet-50's 3x3
     conv2d2 8.0 -> 0.95 ms, GPT-2's 50,257-wide vocabulary matmuls 6x with no vector rather than
     29 lanes); rows of at most ``max_vectors`` vectors (AVX-512's sweep asks for two:
-    :data:`SWEEP_ROWS_32`)."""
+    :data:`SWEEP_ROWS_32`); a row of no vector (``NR`` 1 of a wider axis) at most :data:`SCALAR_ROWS` rows."""
     cols = [d for d in divisors(cols_extent) if d % lanes == 0 and (d // lanes) in (1, 2, 4)
             and d // lanes <= max_vectors] or [largest_divisor(cols_extent, lanes)]
     best, best_key = (1, cols[0]), (-1.0, 0)
     for nr in cols:
         nv = -(-nr // lanes)
         for mr in divisors(rows_extent):
-            if mr * nv > registers // 2:
+            if mr * nv > registers // 2 or (nr == 1 < cols_extent and mr > SCALAR_ROWS):
                 continue
             key = (mr * nv / (mr + nv), nr)
             if key > best_key:

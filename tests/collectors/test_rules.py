@@ -611,3 +611,15 @@ def test_the_cache_sizes_are_the_hosts_only_for_the_hosts_kind_of_cpu(cpu_hw):
     hw = fixed_cpu(other)
     assert (l1_bytes(hw), l2_bytes(hw)) == (DEFAULT_L1_BYTES, DEFAULT_L2_BYTES)
     assert l1_bytes(cpu_hw) > 0 and l2_bytes(cpu_hw) >= l1_bytes(cpu_hw)
+
+
+def test_a_row_of_no_vector_keeps_few_rows_in_the_micro_tile_unless_the_output_axis_is_one_wide():
+    """GPT-2's 50,257-wide vocabulary has no divisor up to the lanes: its micro-tile's row is one
+    scalar, and 16 rows innermost were vectorized into gathers (Rocket Lake: 467 ms; 2 rows
+    112 ms). A one-wide output axis (a squeeze convolution's 1 x 1 image) keeps its rows."""
+    from collectors.blocking import SCALAR_ROWS, micro_kernel
+    from tests.helpers.corpora import fixed_cpu
+
+    rows, cols, _ = _tiles(_packed_or_not(128, 50257, 768, [], fixed_cpu("rocketlake"))[1])
+    assert cols[3] == 1 and 1 < rows[3] <= SCALAR_ROWS
+    assert micro_kernel(128, 1, 16, 32)[0] > SCALAR_ROWS
