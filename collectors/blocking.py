@@ -332,8 +332,11 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
             rest = axes.extents[i] // inner[i]
             t1 = largest_divisor(rest, max(1, l2 // 2 // (4 * k_total * nr))) if i == axes.vector else 1
             plan[i] = [rest // t1, t1, 1, inner[i]]
-        if axes.rows is not None:  # every block of rows a parallel chunk of its own: see panel_fits
-            plan[axes.rows] = [axes.extents[axes.rows] // mr, 1, 1, mr]
+        if axes.rows is not None:  # each block of rows a parallel chunk (panel_fits), unless _rows_reread_most
+            blocks = axes.extents[axes.rows] // mr
+            t0 = blocks if not _rows_reread_most(axes, plan, spatial, l2) else \
+                largest_divisor(blocks, max(1, -(-hardware.cores * chunks_per_core // math.prod(plan[i][0] for i in spatial if i != axes.rows))))
+            plan[axes.rows] = [t0, blocks // t0, 1, mr]
         return plan
     for i, t0 in chunks.items():  # the sweep's chunks (the panel plan: a block of rows each)
         rest = axes.extents[i] // inner[i] // t0
@@ -349,6 +352,24 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
     if mr == 1 and nr > 1:
         _one_row_block_in_l1(plan, axes, l1)
     return plan
+
+
+def _rows_reread_most(axes: BlockAxes, plan: dict[int, list[int]], spatial: list[int], l2: int) -> bool:
+    """Whether a panel plan's chunk of rows reads more again than a chunk of the other loops it
+    splits (:attr:`BlockAxes.reread`), and more than half the L2: a 1x1 convolution's rows are its
+    output channels, and each block of them re-read the whole image (ResNet-50's 256 -> 128
+    channels on 56 x 56: 3.2 MB eight times). Then the rows' blocks go serial (S1) inside the other
+    loops' chunks, split only as far as those leave too few chunks. Rocket Lake, every corpus
+    workload it changed, one call each: the 11 whose rows re-read over half the L2 1.06-1.78x
+    (ResNet-50's ``conv2d5`` 2,004 -> 1,147 us, the corpus's best 1,145); below it 0.72-1.26x
+    (EfficientNet-B0's 784 KB ``conv2d3`` 0.67-0.72x in three calls): left as they were. What a
+    block re-reads is its share of the parallel loops outside the rows (a batch matmul's head)."""
+    split = [axes.reread[i] for i in spatial if i != axes.rows and plan[i][0] > 1]
+    if not axes.reread or not split or axes.reread[axes.rows] <= min(split):
+        return False
+    # the parallel loops outside the rows (a batch matmul's heads) give each its own part to re-read
+    outer = math.prod(plan[i][0] for i in spatial if i < axes.rows)
+    return 4 * axes.reread[axes.rows] // outer > l2 // 2
 
 
 def _one_row_block_in_l1(plan: dict[int, list[int]], axes: BlockAxes, l1: int) -> None:

@@ -623,3 +623,23 @@ def test_a_row_of_no_vector_keeps_few_rows_in_the_micro_tile_unless_the_output_a
     rows, cols, _ = _tiles(_packed_or_not(128, 50257, 768, [], fixed_cpu("rocketlake"))[1])
     assert cols[3] == 1 and 1 < rows[3] <= SCALAR_ROWS
     assert micro_kernel(128, 1, 16, 32)[0] > SCALAR_ROWS
+
+
+def test_a_panel_plans_rows_go_serial_where_each_block_of_them_would_reread_more_than_half_the_l2(monkeypatch):
+    """A 1x1 convolution's rows are its output channels: as parallel chunks each block of them
+    re-read the whole image (ResNet-50's 256 -> 128 channels on 56 x 56: 3.2 MB, eight times;
+    1.75x once serial, Rocket Lake). An image within half the L2 keeps them parallel
+    (EfficientNet-B0's 16 -> 96 channels on 112 x 112, 784 KB: 0.7x serial)."""
+    import collectors.blocking as blocking
+    from collectors.block_axes import block_axes
+    from collectors.blocking import blocked_plan
+    from tests.helpers.corpora import fixed_cpu
+    from tests.helpers.workloads import pointwise_conv_mod
+
+    monkeypatch.setattr(blocking, "l2_bytes", lambda hw: 2 * 1024 * 1024)  # a Rocket Lake's L2, wherever it runs
+    hw = fixed_cpu("rocketlake")
+    big = block_axes(pointwise_conv_mod(256, 56, 128), "conv2d_nchw")
+    plan = blocked_plan(big, hw)
+    assert plan[big.rows][:2] == [1, 128 // plan[big.rows][3]] and plan[2][0] == 56  # the image rows take the cores
+    small = block_axes(pointwise_conv_mod(16, 112, 96), "conv2d_nchw")
+    assert blocked_plan(small, hw)[small.rows][1] == 1  # every block of channels a parallel chunk
