@@ -88,14 +88,13 @@ def resident_fits(rows: int, row_bytes: int, axes: BlockAxes, hardware: Hardware
     import numpy as np
 
     l2 = l2_bytes(hardware)
-    if axes.packed:
-        return rows * row_bytes <= l2 // 2
+    if axes.packed or rows * row_bytes > l2 // 4:
+        return axes.packed and rows * row_bytes <= l2 // 2
     ways = l2_ways(hardware)
     sets = max(1, l2 // (line * ways))
     starts = np.arange(rows, dtype=np.int64)[:, None] * (4 * axes.row_elements)
     lines = (starts + np.arange(0, row_bytes, line, dtype=np.int64)[None, :]) // line
-    return rows * row_bytes <= l2 // 4 and \
-        int(np.bincount((lines % sets).ravel(), minlength=sets).max()) <= max(1, ways // 2)
+    return int(np.bincount((lines % sets).ravel(), minlength=sets).max()) <= max(1, ways // 2)
 
 
 def micro_kernel(rows_extent: int, cols_extent: int, lanes: int, registers: int,
@@ -305,8 +304,8 @@ def blocked_plan(axes: BlockAxes, hardware: Hardware, max_inner: int = 64, seria
         inner[axes.rows] = mr
     spatial = [i for i, r in enumerate(axes.reduce) if not r]
     chunks = _chunks(axes, spatial, inner, hardware.cores * chunks_per_core)
-    # a packed B's tall micro-tiles each over the whole reduction (the docstring's second point) where a
-    # chunk's share of B, which every block of rows reads again, fits half the L2
+    # the tall micro-tiles each over the whole reduction (the docstring's second point) where a chunk's
+    # share of B, which every block of rows reads again, stays in the L2
     resident = tall and (plan_kind == "resident" or plan_kind == "auto" and resident_fits(
         k_total, 4 * axes.extents[axes.vector] // chunks[axes.vector], axes, hardware))
     inner_reduction = 2 * inner_reduction if tall and not resident else inner_reduction

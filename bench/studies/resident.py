@@ -44,9 +44,9 @@ def programs(task, hw) -> dict:
             "rules_resident": rule_schedule(task, hw, blocking="resident").schedule}
 
 
-def resident_tasks(hw) -> list:
-    """The corpus's and the compiled judging set's tasks where AVX-512's tall sweep runs: the
-    forced resident program differs from the rules' without it."""
+def resident_tasks(hw) -> list[tuple]:
+    """``(task, its programs)`` of the corpus's and the compiled judging set's tasks where AVX-512's
+    tall sweep runs: the forced resident program differs from the rules' without it."""
     from bench.judging import CORPUS, compiled_judging_set
     from collectors.tasks import task_from_index
     from storage import Corpus
@@ -59,11 +59,11 @@ def resident_tasks(hw) -> list:
             continue
         seen.add(t.workload_key)
         try:
-            p = {n: str(s.trace) for n, s in programs(t, hw).items()}
+            made = programs(t, hw)
         except ValueError:
             continue
-        if p["rules_sweep"] != p["rules_resident"]:
-            out.append(t)
+        if str(made["rules_sweep"].trace) != str(made["rules_resident"].trace):
+            out.append((t, made))
     return out
 
 
@@ -78,14 +78,15 @@ def main() -> None:
 
     hw = detect_hardware("cpu")
     out = args.out or os.path.join(RESULTS, f"resident-{hw.key.removeprefix('cpu-')}.json")
-    tasks = resident_tasks(hw)
-    print(f"{len(tasks)} tasks run AVX-512's tall sweep on {hw.key}", flush=True)
+    found = resident_tasks(hw)
+    made = {t.workload_key: m for t, m in found}  # built once: judged, then told taken or refused
+    print(f"{len(found)} tasks run AVX-512's tall sweep on {hw.key}", flush=True)
     t0 = time.time()
-    rows = judge_variants(tasks, hw, {n: (lambda t, n=n: programs(t, hw)[n])
-                                      for n in ("rules_auto", "rules_sweep", "rules_resident")})
-    for r, t in zip(rows, tasks):
-        p = {n: str(s.trace) for n, s in programs(t, hw).items()}
-        r["taken"] = p["rules_auto"] == p["rules_resident"]
+    rows = judge_variants([t for t, _ in found], hw, {n: (lambda t, n=n: made[t.workload_key][n])
+                                                      for n in ("rules_auto", "rules_sweep", "rules_resident")})
+    for r in rows:
+        m = made[r["workload_key"]]
+        r["taken"] = str(m["rules_auto"].trace) == str(m["rules_resident"].trace)
     taken = [r for r in rows if r["taken"]]
     refused = [r for r in rows if not r["taken"]]
     write_study(out, hw, t0, rows, {

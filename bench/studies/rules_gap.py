@@ -28,12 +28,8 @@ def heaviest_tasks(hw, n: int) -> list:
     from storage import Corpus
 
     with Corpus.open(CORPUS) as corpus:
-        records = corpus.scan({"hardware_key": hw.key}, columns=["workload_key", "latency_s"]).to_pylist()
+        best = corpus.best_latencies(hw.key)
         workloads = {w["workload_key"]: w for w in corpus.workloads()}
-    best: dict[str, float] = {}
-    for r in records:
-        if r["latency_s"]:
-            best[r["workload_key"]] = min(best.get(r["workload_key"], float("inf")), r["latency_s"])
     keys = sorted((k for k, v in best.items() if k in workloads and v > MIN_LATENCY_S), key=lambda k: -best[k])
     return [task_from_index(workloads[k]) for k in keys[:n]]
 
